@@ -1,0 +1,130 @@
+#pragma once
+// What every subcommand of multipack-bench shares: loading lengths, timing, memory readings,
+// progress on standard error, and the one-line error convention.
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "multipack/core/random.hpp"
+#include "multipack/data/indexed_dataset.hpp"
+#include "multipack/data/length_list.hpp"
+
+namespace multipack::bench {
+
+using clock = std::chrono::steady_clock;
+
+inline double seconds_since(clock::time_point start) {
+  return std::chrono::duration<double>(clock::now() - start).count();
+}
+
+/// A field of /proc/self/status in bytes (VmRSS, VmHWM), or 0 where there is none.
+inline std::uint64_t proc_status_bytes(const char* field) {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  const std::string key = std::string(field) + ":";
+  while (std::getline(status, line))
+    if (line.rfind(key, 0) == 0) return std::stoull(line.substr(key.size())) * 1024;
+  return 0;
+}
+inline std::uint64_t peak_rss_bytes() { return proc_status_bytes("VmHWM"); }
+inline std::uint64_t rss_bytes() { return proc_status_bytes("VmRSS"); }
+
+/// Resets the peak resident memory to the current one (Linux clear_refs 5), so that a later
+/// peak_rss_bytes() measures one phase. Returns false where the kernel does not allow it.
+inline bool reset_peak_rss() {
+  std::FILE* f = std::fopen("/proc/self/clear_refs", "w");
+  if (f == nullptr) return false;
+  const bool ok = std::fputs("5", f) >= 0;
+  return std::fclose(f) == 0 && ok;
+}
+
+/// Prints "<what>... N.N s" on standard error every half second while alive, starting once a
+/// phase has run for a second; short phases print nothing.
+class progress {
+ public:
+  explicit progress(std::string what) : what_(std::move(what)), thread_([this] { run(); }) {}
+  progress(const progress&) = delete;
+  progress& operator=(const progress&) = delete;
+  ~progress() {
+    {
+      std::lock_guard lock(mutex_);
+      done_ = true;
+    }
+    wake_.notify_all();
+    thread_.join();
+  }
+
+ private:
+  void run() {
+    std::unique_lock lock(mutex_);
+    const auto start = clock::now();
+    bool printed = false;
+    if (!wake_.wait_for(lock, std::chrono::seconds(1), [this] { return done_; })) {
+      do {
+        fmt::print(stderr, "\r{}... {:.1f} s", what_, seconds_since(start));
+        std::fflush(stderr);
+        printed = true;
+      } while (!wake_.wait_for(lock, std::chrono::milliseconds(500), [this] { return done_; }));
+    }
+    if (printed) fmt::print(stderr, "\r{} done in {:.1f} s\n", what_, seconds_since(start));
+  }
+
+  std::string what_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  bool done_ = false;
+  std::thread thread_;
+};
+
+/// Where lengths come from: an indexed dataset (--data) or a text list (--lengths), optionally
+/// resampled with replacement to N samples (--resample, a fixed seed) for scale benchmarks.
+struct length_source {
+  std::string data;
+  std::string lengths_file;
+  std::uint64_t resample = 0;
+  std::uint64_t resample_seed = 1;
+
+  [[nodiscard]] std::string describe() const {
+    std::string what = lengths_file.empty() ? data : lengths_file;
+    if (resample != 0) what += fmt::format(" resampled to {} (seed {})", resample, resample_seed);
+    return what;
+  }
+
+  [[nodiscard]] std::vector<std::uint32_t> load() const {
+    std::vector<std::uint32_t> lengths;
+    {
+      progress p("reading " + (lengths_file.empty() ? data : lengths_file));
+      if (!lengths_file.empty()) {
+        lengths = read_length_list(lengths_file);
+      } else {
+        const indexed_dataset dataset(data);
+        lengths.resize(dataset.size());
+        for (std::size_t i = 0; i < dataset.size(); ++i) {
+          const std::uint64_t length = dataset.length(i);
+          if (length > UINT32_MAX)
+            throw format_error(fmt::format("{}: sample {} has {} tokens; at most 2^32 - 1 are supported", data, i, length));
+          lengths[i] = static_cast<std::uint32_t>(length);
+        }
+      }
+    }
+    if (resample == 0) return lengths;
+    if (lengths.empty()) throw option_error("--resample: the input has no samples to draw from");
+    progress p(fmt::format("drawing {} lengths", resample));
+    std::vector<std::uint32_t> drawn(resample);
+    splitmix64 rng(resample_seed);
+    for (auto& length : drawn) length = lengths[rng.below(lengths.size())];
+    return drawn;
+  }
+};
+
+}  // namespace multipack::bench

@@ -1,0 +1,36 @@
+// multipack-bench: measures multipack on real data. Subcommands: pack.
+// Errors end with one line on standard error and a non-zero exit status.
+
+#include <cstdio>
+#include <exception>
+#include <functional>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "command/pack_command.hpp"
+
+int main(int argc, char** argv) {
+  CLI::App app{"multipack-bench: packing, planning and loading benchmarks on real data"};
+  app.require_subcommand(1);
+  std::function<int()> action;
+  multipack::bench::pack_command_options pack_options;
+  pack_options.source.data = MULTIPACK_DEFAULT_DATA;
+  multipack::bench::add_pack_command(app, pack_options, action);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    fmt::print(stderr, "multipack-bench: error: {}\n", e.what());
+    return 2;
+  }
+  try {
+    return action();
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "multipack-bench: error: {}\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,70 @@
+#pragma once
+// Flat storage of packed rows: all pieces in one array, rows as offsets into it.
+// No container per row, so a packing of 100 M samples costs one allocation of pieces
+// (12 bytes each) and one of row offsets (8 bytes a row).
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "multipack/core/detail/huge_page_allocator.hpp"
+#include "multipack/core/error.hpp"
+#include "multipack/core/piece.hpp"
+
+namespace multipack {
+
+/// Pieces of a packing, in one block (huge pages where the system has them).
+using piece_vector = detail::large_vector<piece>;
+
+class packed_rows {
+ public:
+  /// No rows. Cost: none. Never throws.
+  packed_rows() = default;
+
+  /// Takes `pieces` and `row_offsets` (row r is pieces [row_offsets[r], row_offsets[r+1])).
+  /// Throws option_error unless the offsets start at 0, never decrease and end at
+  /// pieces.size(). Cost: O(rows).
+  packed_rows(piece_vector pieces, std::vector<std::uint64_t> row_offsets)
+      : pieces_(std::move(pieces)), offsets_(std::move(row_offsets)) {
+    if (offsets_.empty()) offsets_.push_back(0);
+    if (offsets_.front() != 0 || offsets_.back() != pieces_.size())
+      throw option_error("packed_rows: row offsets must start at 0 and end at the piece count (" +
+                         std::to_string(pieces_.size()) + ")");
+    for (std::size_t r = 1; r < offsets_.size(); ++r)
+      if (offsets_[r] < offsets_[r - 1])
+        throw option_error("packed_rows: row offset " + std::to_string(r) + " decreases");
+  }
+
+  /// Number of rows. O(1).
+  [[nodiscard]] std::size_t size() const noexcept { return offsets_.size() - 1; }
+  [[nodiscard]] bool empty() const noexcept { return size() == 0; }
+
+  /// The pieces of row `r`, in the order the packer placed them. O(1); r < size() is the
+  /// caller's duty (checked by assert only, as for std::vector).
+  [[nodiscard]] std::span<const piece> operator[](std::size_t r) const noexcept {
+    return {pieces_.data() + offsets_[r], pieces_.data() + offsets_[r + 1]};
+  }
+
+  /// Tokens in row `r`. O(pieces of the row).
+  [[nodiscard]] std::uint64_t tokens(std::size_t r) const noexcept {
+    std::uint64_t sum = 0;
+    for (const piece& p : (*this)[r]) sum += p.length();
+    return sum;
+  }
+
+  /// Every piece, row after row. O(1).
+  [[nodiscard]] std::span<const piece> pieces() const noexcept { return pieces_; }
+  /// size() + 1 offsets into pieces(). O(1).
+  [[nodiscard]] std::span<const std::uint64_t> row_offsets() const noexcept { return offsets_; }
+
+  friend bool operator==(const packed_rows&, const packed_rows&) = default;
+
+ private:
+  piece_vector pieces_;
+  std::vector<std::uint64_t> offsets_{0};
+};
+
+}  // namespace multipack

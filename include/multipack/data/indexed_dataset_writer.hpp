@@ -1,0 +1,294 @@
+#pragma once
+// Writes Megatron-LM's indexed dataset (PREFIX.bin + PREFIX.idx), byte for byte what
+// megatron/core/datasets/indexed_dataset.py's IndexedDatasetBuilder + _IndexWriter write:
+// tokens back to back in the dtype; pointers = running byte offsets from 0; a document index
+// that starts with 0 and gets the current sample count at each end_document().
+//
+// Both files are written under temporary names (PREFIX.bin.tmp, PREFIX.idx.tmp) and renamed
+// by finish(), the old PREFIX.idx removed first: a reader never sees a .bin and .idx that
+// disagree, and a writer that dies or is destroyed unfinished leaves no .idx behind.
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <limits>
+#include <ranges>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "multipack/core/error.hpp"
+#include "multipack/data/dtype.hpp"
+#include "multipack/data/indexed_dataset.hpp"  // the format's constants
+
+namespace multipack {
+
+namespace detail {
+
+// A write-only file with a buffer; write errors become io_error naming the path.
+class buffered_file_writer {
+ public:
+  buffered_file_writer() = default;
+  explicit buffered_file_writer(std::filesystem::path path) : path_(std::move(path)) {
+    do {
+      fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+    } while (fd_ < 0 && errno == EINTR);
+    if (fd_ < 0) fail("cannot create", errno);
+    buffer_.reserve(buffer_bytes);
+  }
+  buffered_file_writer(const buffered_file_writer&) = delete;
+  buffered_file_writer& operator=(const buffered_file_writer&) = delete;
+  buffered_file_writer(buffered_file_writer&& o) noexcept
+      : path_(std::move(o.path_)), fd_(std::exchange(o.fd_, -1)), buffer_(std::move(o.buffer_)) {}
+  buffered_file_writer& operator=(buffered_file_writer&& o) noexcept {
+    if (this != &o) {
+      abandon();
+      path_ = std::move(o.path_);
+      fd_ = std::exchange(o.fd_, -1);
+      buffer_ = std::move(o.buffer_);
+    }
+    return *this;
+  }
+  ~buffered_file_writer() { abandon(); }
+
+  void write(const void* data, std::size_t n) {
+    const auto* p = static_cast<const std::byte*>(data);
+    if (buffer_.size() + n > buffer_bytes) flush();
+    if (n >= buffer_bytes) return write_all(p, n);
+    buffer_.insert(buffer_.end(), p, p + n);
+  }
+
+  template <class T>
+  void write_value(const T& v) { write(&v, sizeof v); }
+
+  /// Flushes and closes; throws io_error on any failure (a failed close can mean lost data
+  /// on NFS, so it is reported too).
+  void close() {
+    flush();
+    const int fd = std::exchange(fd_, -1);
+    if (::close(fd) != 0) fail("cannot close", errno);
+  }
+
+  /// Closes without flushing and without reporting errors (for destructors).
+  void abandon() noexcept {
+    if (fd_ >= 0) ::close(std::exchange(fd_, -1));
+    buffer_.clear();
+  }
+
+  [[nodiscard]] const std::filesystem::path& path() const noexcept { return path_; }
+
+ private:
+  static constexpr std::size_t buffer_bytes = std::size_t{1} << 20;
+
+  void flush() {
+    write_all(buffer_.data(), buffer_.size());
+    buffer_.clear();
+  }
+
+  void write_all(const std::byte* p, std::size_t n) {
+    while (n > 0) {
+      const ::ssize_t w = ::write(fd_, p, n);
+      if (w < 0) {
+        if (errno == EINTR) continue;
+        fail("write failed", errno);
+      }
+      p += w;
+      n -= static_cast<std::size_t>(w);
+    }
+  }
+
+  [[noreturn]] void fail(const char* what, int e) const {
+    throw io_error(path_.string() + ": " + what + ": " + std::strerror(e));
+  }
+
+  std::filesystem::path path_;
+  int fd_ = -1;
+  std::vector<std::byte> buffer_;
+};
+
+}  // namespace detail
+
+/// Streams samples into a Megatron indexed dataset at PREFIX. Not thread-safe: one thread
+/// at a time per writer. Memory: 4 bytes per sample and 8 per document (the .idx arrays,
+/// kept until finish(), as Megatron does) plus a 1 MiB write buffer.
+class indexed_dataset_writer {
+ public:
+  /// Creates PREFIX.bin.tmp for tokens of type `dtype`. Throws option_error for a dtype value
+  /// outside the enum, io_error (naming the path) when the file cannot be created.
+  indexed_dataset_writer(std::filesystem::path prefix, token_dtype dtype)
+      : prefix_(std::move(prefix)), dtype_(dtype), item_size_(dtype_size(dtype)) {
+    if (item_size_ == 0)
+      throw option_error("indexed_dataset_writer: invalid token_dtype value " +
+                         std::to_string(static_cast<unsigned>(dtype)));
+    bin_ = detail::buffered_file_writer(path_with(".bin.tmp"));
+  }
+
+  indexed_dataset_writer(const indexed_dataset_writer&) = delete;
+  indexed_dataset_writer& operator=(const indexed_dataset_writer&) = delete;
+  /// Takes the open file; `other` is left finished (every call on it throws). Never throws.
+  indexed_dataset_writer(indexed_dataset_writer&& other) noexcept
+      : prefix_(std::move(other.prefix_)),
+        dtype_(other.dtype_),
+        item_size_(other.item_size_),
+        bin_(std::move(other.bin_)),
+        sizes_(std::move(other.sizes_)),
+        document_indices_(std::move(other.document_indices_)),
+        bin_bytes_(other.bin_bytes_),
+        state_(std::exchange(other.state_, state::finished)) {}
+  indexed_dataset_writer& operator=(indexed_dataset_writer&&) = delete;
+
+  /// When finish() was not called (or failed): closes and removes the temporary files,
+  /// leaving any previous PREFIX.bin/.idx as they were. Never throws.
+  ~indexed_dataset_writer() {
+    if (state_ == state::finished) return;
+    bin_.abandon();
+    std::error_code ignored;
+    std::filesystem::remove(path_with(".bin.tmp"), ignored);
+    std::filesystem::remove(path_with(".idx.tmp"), ignored);
+  }
+
+  /// Appends one sample. Every token must have an exact value in the dtype: otherwise throws
+  /// option_error naming the sample, the position and the value, and nothing of the sample
+  /// is written (the writer stays usable). Also option_error when the sample has more than
+  /// INT32_MAX tokens (Megatron's sizes are int32) or after finish(); io_error when the
+  /// write fails (the writer is then unusable). Cost: O(tokens), two passes (check, write).
+  template <plain_integral T>
+  void add_sample(std::span<const T> tokens) {
+    require_open("add_sample");
+    const std::size_t sample = sizes_.size();
+    if (tokens.size() > static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max()))
+      throw option_error(name() + ": sample " + std::to_string(sample) + " has " +
+                         std::to_string(tokens.size()) +
+                         " tokens; Megatron stores sizes as int32 (at most 2147483647)");
+    const std::uint64_t bytes = std::uint64_t{tokens.size()} * item_size_;
+    if (bytes > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()) - bin_bytes_)
+      throw option_error(name() + ": sample " + std::to_string(sample) +
+                         " would take the .bin past INT64_MAX bytes (pointers are int64)");
+    visit_dtype(dtype_, [&]<class D>(std::type_identity<D>) {
+      for (std::size_t k = 0; k < tokens.size(); ++k) {
+        D ignored{};
+        if (!detail::exact_convert(tokens[k], ignored))
+          throw option_error(name() + ": sample " + std::to_string(sample) + ", token " +
+                             std::to_string(k) + ": value " + detail::value_text(tokens[k]) +
+                             " is not representable as " + std::string(dtype_name(dtype_)));
+      }
+      state_ = state::broken;  // until the write completes
+      constexpr std::size_t chunk = 4096;
+      D staged[chunk];
+      for (std::size_t k = 0; k < tokens.size(); k += chunk) {
+        const std::size_t m = std::min(chunk, tokens.size() - k);
+        for (std::size_t j = 0; j < m; ++j) detail::exact_convert(tokens[k + j], staged[j]);
+        bin_.write(staged, m * sizeof(D));
+      }
+      state_ = state::open;
+    });
+    sizes_.push_back(static_cast<std::int32_t>(tokens.size()));
+    bin_bytes_ += bytes;
+  }
+
+  /// add_sample for any contiguous range of integers (std::vector<int>, std::array, ...).
+  template <std::ranges::contiguous_range R>
+    requires plain_integral<std::ranges::range_value_t<R>>
+  void add_sample(const R& tokens) {
+    add_sample(std::span<const std::ranges::range_value_t<R>>(std::ranges::data(tokens),
+                                                              std::ranges::size(tokens)));
+  }
+
+  /// Ends the current document: appends the number of samples so far to the document index,
+  /// as Megatron's end_document() does (twice in a row makes an empty document). O(1)
+  /// amortised. Throws option_error after finish().
+  void end_document() {
+    require_open("end_document");
+    document_indices_.push_back(static_cast<std::int64_t>(sizes_.size()));
+  }
+
+  /// Writes PREFIX.idx and puts both files in place. Samples added after the last
+  /// end_document() form a final document: Megatron's finalize() would write the document
+  /// index without that entry, a file its own IndexedDataset then rejects (it asserts that
+  /// the document index ends at the sequence count); we close the document instead.
+  /// Throws io_error (naming the path) on any write, close or rename failure, option_error
+  /// when called twice. Cost: O(samples + documents) written.
+  void finish() {
+    require_open("finish");
+    state_ = state::broken;  // until everything is in place
+    if (document_indices_.back() != static_cast<std::int64_t>(sizes_.size()))
+      document_indices_.push_back(static_cast<std::int64_t>(sizes_.size()));
+    bin_.close();
+
+    detail::buffered_file_writer idx(path_with(".idx.tmp"));
+    idx.write(detail::megatron_idx_magic, sizeof detail::megatron_idx_magic);
+    idx.write_value(detail::megatron_idx_version);
+    idx.write_value(static_cast<std::uint8_t>(dtype_));
+    idx.write_value(static_cast<std::uint64_t>(sizes_.size()));
+    idx.write_value(static_cast<std::uint64_t>(document_indices_.size()));
+    idx.write(sizes_.data(), sizes_.size() * sizeof(std::int32_t));
+    std::int64_t pointer = 0;
+    for (const std::int32_t size : sizes_) {
+      idx.write_value(pointer);
+      pointer += static_cast<std::int64_t>(size) * static_cast<std::int64_t>(item_size_);
+    }
+    idx.write(document_indices_.data(), document_indices_.size() * sizeof(std::int64_t));
+    idx.close();
+
+    // Old .idx first: between the renames there is a new .bin and no .idx, never a mismatch.
+    std::error_code ec;
+    std::filesystem::remove(path_with(".idx"), ec);
+    if (ec) throw io_error(path_with(".idx").string() + ": cannot remove: " + ec.message());
+    rename(path_with(".bin.tmp"), path_with(".bin"));
+    rename(path_with(".idx.tmp"), path_with(".idx"));
+    state_ = state::finished;
+  }
+
+  /// Samples added so far. O(1), never throws.
+  [[nodiscard]] std::size_t size() const noexcept { return sizes_.size(); }
+  /// Entries of the document index so far (1 + documents ended). O(1), never throws.
+  [[nodiscard]] std::size_t document_index_size() const noexcept { return document_indices_.size(); }
+  /// The dtype tokens are stored as. O(1), never throws.
+  [[nodiscard]] token_dtype dtype() const noexcept { return dtype_; }
+  /// The prefix given to the constructor. O(1), never throws.
+  [[nodiscard]] const std::filesystem::path& prefix() const noexcept { return prefix_; }
+  /// Whether finish() completed. O(1), never throws.
+  [[nodiscard]] bool finished() const noexcept { return state_ == state::finished; }
+
+ private:
+  enum class state : std::uint8_t { open, broken, finished };
+
+  std::filesystem::path path_with(const char* suffix) const {
+    return detail::with_suffix(prefix_, suffix);
+  }
+  std::string name() const { return path_with(".bin").string(); }
+
+  void require_open(const char* what) const {
+    if (state_ == state::finished)
+      throw option_error(name() + ": " + what + " after finish()");
+    if (state_ == state::broken)
+      throw option_error(name() + ": " + what + " after an earlier write failed");
+  }
+
+  static void rename(const std::filesystem::path& from, const std::filesystem::path& to) {
+    std::error_code ec;
+    std::filesystem::rename(from, to, ec);
+    if (ec)
+      throw io_error(from.string() + ": cannot rename to " + to.string() + ": " + ec.message());
+  }
+
+  std::filesystem::path prefix_;
+  token_dtype dtype_;
+  std::size_t item_size_;
+  detail::buffered_file_writer bin_;
+  std::vector<std::int32_t> sizes_;
+  std::vector<std::int64_t> document_indices_{0};
+  std::uint64_t bin_bytes_ = 0;
+  state state_ = state::open;
+};
+
+}  // namespace multipack

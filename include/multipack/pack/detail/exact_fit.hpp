@@ -1,0 +1,134 @@
+#pragma once
+// The histogram packers that close rows exactly. They work on the counts of item lengths
+// alone, one row at a time:
+//  - randomized_exact_fit first takes uniformly random unplaced items, as long as each leaves
+//    a gap that two items could still close;
+//  - then the gap is closed exactly when it can be: one unplaced item of exactly the gap, or
+//    two whose lengths sum to it;
+//  - failing that, the longest item is taken that leaves a gap k items could fill
+//    (k * shortest <= gap <= k * longest for some k), and the closing is tried again.
+// Gaps shorter than the shortest item are what best-fit decreasing wastes; closing them
+// exactly is what brings the row count to the lower bound on real length distributions.
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "multipack/core/packed_rows.hpp"
+#include "multipack/core/piece.hpp"
+#include "multipack/core/random.hpp"
+#include "multipack/pack/detail/items.hpp"
+#include "multipack/pack/detail/length_sampler.hpp"
+#include "multipack/pack/detail/length_set.hpp"
+
+namespace multipack::detail {
+
+/// Candidate pairs probed per gap: bounds the cost on adversarial length sets.
+inline constexpr int exact_fit_pair_probes = 1024;
+
+/// The state shared by the opening policies: unplaced items by length.
+struct unplaced_items {
+  std::vector<std::uint32_t> count;
+  length_set present;
+  std::uint64_t left;
+
+  unplaced_items(item_histogram histogram, std::uint32_t capacity)
+      : count(std::move(histogram.count)), present(capacity + 1), left(histogram.items) {
+    for (std::uint32_t l = 1; l <= capacity; ++l)
+      if (count[l] != 0) present.insert(l);
+  }
+};
+
+/// exact_fit's opening: none (it takes the longest item that keeps the gap fillable); pairs
+/// are searched from the longest down.
+struct longest_first {
+  std::uint32_t open(const unplaced_items&) noexcept { return 0; }
+  void removed(std::uint32_t) noexcept {}
+  std::uint32_t pair_start(std::uint32_t, std::uint32_t high) noexcept { return high; }
+};
+
+/// randomized_exact_fit's opening: a uniformly random unplaced item; pairs are searched
+/// from a random length down, then from the top down to it.
+class random_first {
+ public:
+  random_first(const unplaced_items& items, std::uint64_t seed) : sampler_(items.count), rng_(seed) {}
+  std::uint32_t open(const unplaced_items& items) noexcept {
+    return sampler_.find(rng_.below(items.left));
+  }
+  void removed(std::uint32_t length) noexcept { sampler_.remove(length); }
+  std::uint32_t pair_start(std::uint32_t low, std::uint32_t high) noexcept {
+    return static_cast<std::uint32_t>(low + rng_.below(std::uint64_t{high} - low + 1));
+  }
+
+ private:
+  length_sampler sampler_;
+  splitmix64 rng_;
+};
+
+template <class Opening>
+void fill_rows_exactly(unplaced_items& items, Opening& opening, std::uint32_t capacity,
+                       std::uint32_t max_per_row, piece_vector& pieces,
+                       std::vector<std::uint64_t>& offsets, slot_lists& slots) {
+  std::vector<std::uint32_t>& count = items.count;
+  length_set& present = items.present;
+  const std::uint32_t per_row_limit = max_per_row == 0 ? UINT32_MAX : max_per_row;
+  std::size_t position = 0;
+
+  while (items.left != 0) {
+    std::uint32_t gap = capacity;
+    std::uint32_t in_row = 0;
+    auto take = [&](std::uint32_t length) {
+      slots.add(pieces, position++, length);
+      if (--count[length] == 0) present.erase(length);
+      opening.removed(length);
+      --items.left;
+      gap -= length;
+      ++in_row;
+    };
+    // Two items a >= b with a + b == gap, a searched downwards from `from` then from `high`.
+    auto close_with_pair = [&](std::uint32_t shortest, std::uint32_t longest) {
+      const std::uint32_t low = (gap + 1) / 2;
+      const std::uint32_t high = std::min(longest, gap - shortest);
+      if (high < low) return false;
+      const std::uint32_t from = opening.pair_start(low, high);
+      int probes = exact_fit_pair_probes;
+      for (const auto& [top, bottom] : {std::pair{from, low}, std::pair{high, from + 1}})
+        for (std::uint32_t a = present.find_prev(top); a != length_set::none && a >= bottom && probes-- > 0;
+             a = present.find_prev(a - 1)) {
+          const std::uint32_t b = gap - a;
+          if (b == a ? count[a] >= 2 : count[b] != 0) {
+            take(a);
+            take(b);
+            return true;
+          }
+        }
+      return false;
+    };
+    while (gap != 0 && items.left != 0 && in_row < per_row_limit) {
+      if (count[gap] != 0) {  // one item closes the row exactly
+        take(gap);
+        break;
+      }
+      const std::uint32_t fits = present.find_prev(gap);
+      if (fits == length_set::none) break;
+      const std::uint32_t shortest = present.find_next(1);
+      const std::uint32_t longest = present.find_prev(capacity);
+      // The smallest gap >= `rest` that k items could fill, for some k.
+      auto fillable = [&](std::uint32_t rest) {
+        return rest == 0 ? 0 : std::max(rest, (rest + longest - 1) / longest * shortest);
+      };
+      const std::uint32_t opened = opening.open(items);
+      if (opened != 0 && opened <= gap && gap - opened >= 2 * shortest) {  // a pair can still close it
+        take(opened);
+        continue;
+      }
+      if (in_row + 2 <= per_row_limit && gap >= 2 * shortest && close_with_pair(shortest, longest)) break;
+      const std::uint32_t rest = fillable(gap - fits);
+      const std::uint32_t keeps_gap_fillable = rest <= gap ? present.find_prev(gap - rest) : length_set::none;
+      take(keeps_gap_fillable != length_set::none ? keeps_gap_fillable : fits);
+    }
+    offsets.push_back(position);
+  }
+}
+
+}  // namespace multipack::detail

@@ -1,0 +1,124 @@
+#pragma once
+// Packing: sample lengths in, rows of pieces out, with a report that accounts for every
+// sample. Deterministic: the same lengths and options give the same rows, on every machine.
+
+#include <algorithm>
+#include <concepts>
+#include <cstdint>
+#include <ranges>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "multipack/core/error.hpp"
+#include "multipack/core/packed_rows.hpp"
+#include "multipack/core/random.hpp"
+#include "multipack/pack/detail/best_fit.hpp"
+#include "multipack/pack/detail/exact_fit.hpp"
+#include "multipack/pack/detail/first_fit.hpp"
+#include "multipack/pack/detail/in_order.hpp"
+#include "multipack/pack/detail/items.hpp"
+#include "multipack/pack/options.hpp"
+#include "multipack/pack/report.hpp"
+
+namespace multipack {
+
+/// The rows of a packing and what it did with every sample.
+struct packing {
+  packed_rows rows;
+  pack_report report;
+};
+
+/// Packs samples of the given lengths into rows of options.capacity tokens.
+///
+/// Every sample of length > 0 is in the rows (as one piece, or several when split) or counted
+/// in the report under one cause; no row holds more than capacity tokens or more than
+/// max_per_row pieces. Pieces of the histogram-based algorithms are handed to samples of equal
+/// length in index order, so the result is a pure function of (lengths, options).
+///
+/// Cost: O(n + capacity) time for exact_fit and next_fit, O(n log capacity) for
+/// randomized_exact_fit, O(n log n) for the decreasing ones; memory 12 bytes a piece for the
+/// result, plus 4 bytes a piece while packing for the decreasing ones, plus O(capacity). Throws option_error for bad options or more than 2^32 - 2
+/// pieces, sample_error for an overlong sample under overlong_policy::error; on a throw
+/// nothing is returned and nothing leaks. Thread-safe: shares no state between calls.
+[[nodiscard]] inline packing pack(std::span<const std::uint32_t> lengths, const pack_options& options) {
+  validate(options);
+  if (lengths.size() >= detail::no_slot)
+    throw option_error("pack: " + std::to_string(lengths.size()) +
+                       " samples; at most 2^32 - 2 are supported");
+  packing result;
+  detail::item_histogram histogram = detail::classify(lengths, options, result.report);
+  piece_vector pieces;
+  std::vector<std::uint64_t> offsets{0};
+  offsets.reserve(result.report.lower_bound + result.report.lower_bound / 64 + 2);
+
+  if (options.algorithm == packing_algorithm::next_fit) {
+    pieces.reserve(histogram.items);
+    detail::next_fit(lengths, options, pieces, offsets);
+  } else {
+    pieces.resize(histogram.items);
+    detail::slot_lists slots(options.capacity);
+    const std::uint32_t shortest = histogram.shortest;
+    if (options.algorithm == packing_algorithm::best_fit_decreasing) {
+      detail::best_fit_rows rows(options.capacity, options.max_per_row, shortest);
+      detail::pack_longest_first(histogram, rows, pieces, offsets, slots);
+    } else if (options.algorithm == packing_algorithm::first_fit_decreasing) {
+      detail::first_fit_rows rows(options.capacity, options.max_per_row, result.report.lower_bound);
+      detail::pack_longest_first(histogram, rows, pieces, offsets, slots);
+    } else {
+      detail::unplaced_items items(std::move(histogram), options.capacity);
+      if (options.algorithm == packing_algorithm::exact_fit) {
+        detail::longest_first opening;
+        detail::fill_rows_exactly(items, opening, options.capacity, options.max_per_row, pieces, offsets, slots);
+      } else {
+        detail::random_first opening(items, options.seed);
+        detail::fill_rows_exactly(items, opening, options.capacity, options.max_per_row, pieces, offsets, slots);
+      }
+    }
+    if (options.algorithm == packing_algorithm::randomized_exact_fit) {
+      // Samples of equal length are dealt out in a seeded random order of blocks of 256
+      // consecutive samples: random across the dataset, sequential (fast) within a block.
+      constexpr std::size_t block = 256;
+      const feistel_permutation blocks((lengths.size() + block - 1) / block, ~options.seed);
+      slots.assign(pieces, lengths, options, [&](auto&& visit) {
+        for (std::size_t b = 0; b < blocks.size(); ++b) {
+          const std::size_t first = blocks(b) * block;
+          for (std::size_t i = first; i < std::min(first + block, lengths.size()); ++i) visit(i);
+        }
+      });
+    } else {
+      slots.assign(pieces, lengths, options, [&](auto&& visit) {
+        for (std::size_t i = 0; i < lengths.size(); ++i) visit(i);
+      });
+    }
+  }
+  result.report.rows = offsets.size() - 1;
+  result.rows = packed_rows(std::move(pieces), std::move(offsets));
+  return result;
+}
+
+/// Any range of integer lengths: copied into 32-bit lengths first (4 bytes a sample).
+/// Throws sample_error for a negative length or one of 2^32 tokens or more, naming the sample.
+template <std::ranges::input_range Lengths>
+  requires std::integral<std::ranges::range_value_t<Lengths>> &&
+           (!std::convertible_to<Lengths, std::span<const std::uint32_t>>)
+[[nodiscard]] packing pack(Lengths&& lengths, const pack_options& options) {
+  std::vector<std::uint32_t> copy;
+  if constexpr (std::ranges::sized_range<Lengths>) copy.reserve(std::ranges::size(lengths));
+  for (auto&& length : lengths) {
+    using value = std::ranges::range_value_t<Lengths>;
+    const value v = length;
+    if constexpr (std::is_signed_v<value>)
+      if (v < 0) throw sample_error("sample " + std::to_string(copy.size()) + " has negative length " + std::to_string(v));
+    if constexpr (sizeof(value) > sizeof(std::uint32_t))
+      if (static_cast<std::make_unsigned_t<value>>(v) > UINT32_MAX)
+        throw sample_error("sample " + std::to_string(copy.size()) + " has " + std::to_string(v) +
+                         " tokens; at most 2^32 - 1 are supported");
+    copy.push_back(static_cast<std::uint32_t>(v));
+  }
+  return pack(std::span<const std::uint32_t>(copy), options);
+}
+
+}  // namespace multipack

@@ -1,0 +1,246 @@
+// Packing: the properties every algorithm must have, on generated edge cases and real data;
+// best-fit and first-fit decreasing against naive quadratic references; the default's
+// closeness to the lower bound on the real Alpaca lengths.
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "multipack/core/random.hpp"
+#include "multipack/data/length_list.hpp"
+#include "multipack/pack/pack.hpp"
+#include "support/packing_checks.hpp"
+#include "support/paths.hpp"
+
+using namespace multipack;
+
+namespace {
+
+std::vector<std::uint32_t> alpaca_lengths() {
+  return read_length_list(test::source_dir() / "data/alpaca/lengths.txt");
+}
+
+/// Lengths of several shapes: short and uniform, long-tailed with some over `capacity`,
+/// with zeros, all equal.
+std::vector<std::uint32_t> generated_lengths(std::uint64_t seed, std::uint32_t capacity) {
+  splitmix64 rng(seed);
+  const auto n = static_cast<std::size_t>(rng.below(400));
+  std::vector<std::uint32_t> lengths(n);
+  const std::uint64_t shape = seed % 4;
+  for (auto& length : lengths) {
+    if (shape == 0) length = static_cast<std::uint32_t>(1 + rng.below(capacity / 3 + 1));
+    if (shape == 1) length = static_cast<std::uint32_t>(rng.below(2) ? rng.below(capacity / 8 + 1) : rng.below(3 * capacity));
+    if (shape == 2) length = static_cast<std::uint32_t>(rng.below(capacity + 1));
+    if (shape == 3) length = capacity / 3 + 1;
+  }
+  return lengths;
+}
+
+struct naive_item {
+  std::uint32_t length;
+  piece p;
+};
+
+/// Items of every sample as the policy makes them, longest first, ties by sample then piece.
+std::vector<naive_item> items_longest_first(const std::vector<std::uint32_t>& lengths, const pack_options& o) {
+  std::vector<naive_item> items;
+  for (std::uint32_t i = 0; i < lengths.size(); ++i) {
+    const std::uint32_t length = lengths[i];
+    if (length == 0) continue;
+    if (length <= o.capacity) {
+      items.push_back({length, {i, 0, length}});
+    } else if (o.overlong == overlong_policy::truncate) {
+      items.push_back({o.capacity, {i, 0, o.capacity}});
+    } else if (o.overlong == overlong_policy::split) {
+      for (std::uint32_t b = 0; b < length; b += o.capacity) {
+        const std::uint32_t e = std::min(length, b + o.capacity);
+        items.push_back({e - b, {i, b, e}});
+      }
+    }
+  }
+  std::stable_sort(items.begin(), items.end(), [](const naive_item& a, const naive_item& b) { return a.length > b.length; });
+  return items;
+}
+
+/// The textbook algorithms, scanning every open row for every item.
+std::vector<std::vector<piece>> naive_decreasing(const std::vector<std::uint32_t>& lengths,
+                                                 const pack_options& o, bool best_fit) {
+  std::vector<std::vector<piece>> rows;
+  std::vector<std::uint32_t> room;
+  for (const naive_item& item : items_longest_first(lengths, o)) {
+    std::size_t chosen = rows.size();
+    for (std::size_t r = 0; r < rows.size(); ++r) {
+      const bool fits = room[r] >= item.length && (o.max_per_row == 0 || rows[r].size() < o.max_per_row);
+      if (!fits) continue;
+      if (chosen == rows.size() || (best_fit && room[r] < room[chosen])) chosen = r;
+      if (!best_fit) break;
+    }
+    if (chosen == rows.size()) {
+      rows.emplace_back();
+      room.push_back(o.capacity);
+    }
+    rows[chosen].push_back(item.p);
+    room[chosen] -= item.length;
+  }
+  return rows;
+}
+
+std::vector<std::vector<piece>> as_nested(const packed_rows& rows) {
+  std::vector<std::vector<piece>> nested;
+  for (std::size_t r = 0; r < rows.size(); ++r) nested.emplace_back(rows[r].begin(), rows[r].end());
+  return nested;
+}
+
+const packing_algorithm all_algorithms[] = {
+    packing_algorithm::exact_fit, packing_algorithm::best_fit_decreasing,
+    packing_algorithm::first_fit_decreasing, packing_algorithm::next_fit,
+    packing_algorithm::randomized_exact_fit};
+const overlong_policy tolerant_policies[] = {overlong_policy::drop, overlong_policy::truncate,
+                                             overlong_policy::split};
+
+}  // namespace
+
+TEST_CASE("every algorithm packs every sample exactly once, within capacity, deterministically") {
+  for (std::uint64_t seed = 0; seed < 120; ++seed) {
+    const std::uint32_t capacities[] = {1, 7, 64, 512, 4096};
+    const std::uint32_t capacity = capacities[seed % 5];
+    const std::vector<std::uint32_t> lengths = generated_lengths(seed, capacity);
+    for (const packing_algorithm algorithm : all_algorithms)
+      for (const overlong_policy policy : tolerant_policies) {
+        const pack_options options{capacity, algorithm, policy, static_cast<std::uint32_t>(seed % 3 == 0 ? 3 : 0), seed};
+        CAPTURE(seed);
+        CAPTURE(to_string(algorithm));
+        CAPTURE(to_string(policy));
+        const packing result = pack(lengths, options);
+        test::check_packing(lengths, options, result);
+        CHECK(pack(lengths, options).rows == result.rows);
+      }
+  }
+}
+
+TEST_CASE("best-fit and first-fit decreasing give exactly the rows of the naive algorithms") {
+  for (std::uint64_t seed = 0; seed < 80; ++seed) {
+    const std::uint32_t capacity = seed % 2 == 0 ? 100 : 1000;
+    const std::vector<std::uint32_t> lengths = generated_lengths(seed, capacity);
+    for (const overlong_policy policy : tolerant_policies) {
+      pack_options options{capacity, packing_algorithm::best_fit_decreasing, policy,
+                           static_cast<std::uint32_t>(seed % 4 == 1 ? 2 : 0), 0};
+      CAPTURE(seed);
+      CAPTURE(to_string(policy));
+      CHECK(as_nested(pack(lengths, options).rows) == naive_decreasing(lengths, options, true));
+      options.algorithm = packing_algorithm::first_fit_decreasing;
+      CHECK(as_nested(pack(lengths, options).rows) == naive_decreasing(lengths, options, false));
+    }
+  }
+}
+
+TEST_CASE("next-fit keeps dataset order") {
+  const std::vector<std::uint32_t> lengths = generated_lengths(5, 512);
+  const pack_options options{512, packing_algorithm::next_fit, overlong_policy::split, 0, 0};
+  const packing result = pack(lengths, options);
+  test::check_packing(lengths, options, result);
+  std::vector<piece> flat(result.rows.pieces().begin(), result.rows.pieces().end());
+  CHECK(std::is_sorted(flat.begin(), flat.end(), [](const piece& a, const piece& b) {
+    return a.sample < b.sample || (a.sample == b.sample && a.begin < b.begin);
+  }));
+  // A row closes only when the next piece does not fit.
+  for (std::size_t r = 0; r + 1 < result.rows.size(); ++r)
+    CHECK(result.rows.tokens(r) + result.rows[r + 1].front().length() > options.capacity);
+}
+
+TEST_CASE("real Alpaca lengths: every algorithm is valid; the default is at the lower bound") {
+  const std::vector<std::uint32_t> lengths = alpaca_lengths();
+  REQUIRE(lengths.size() == 5000);
+  for (const std::uint32_t capacity : {512U, 1024U, 2048U, 4096U, 8192U, 32768U, 65536U})
+    for (const packing_algorithm algorithm : all_algorithms) {
+      const pack_options options{capacity, algorithm, overlong_policy::drop, 0, 1};
+      CAPTURE(capacity);
+      CAPTURE(to_string(algorithm));
+      const packing result = pack(lengths, options);
+      test::check_packing(lengths, options, result);
+      const double lower_bound = static_cast<double>(result.report.lower_bound);
+      if (algorithm == packing_algorithm::exact_fit && capacity >= 2048)
+        CHECK(static_cast<double>(result.report.rows) <= 1.0005 * lower_bound + 1);
+      if (algorithm == packing_algorithm::randomized_exact_fit)
+        CHECK(static_cast<double>(result.report.rows) <= 1.005 * lower_bound + 1);
+    }
+}
+
+TEST_CASE("randomized exact fit: rows are not grouped by length, and a new seed repacks") {
+  const std::vector<std::uint32_t> lengths = alpaca_lengths();
+  auto mean_length_by_row = [&](const packing& result) {
+    std::vector<double> means;
+    for (std::size_t r = 0; r < result.rows.size(); ++r)
+      means.push_back(static_cast<double>(result.rows.tokens(r)) / static_cast<double>(result.rows[r].size()));
+    return means;
+  };
+  // Spearman-free check: the first and second halves of the rows hold samples of about the
+  // same mean length when rows are not sorted by length, and very different ones when they are.
+  auto halves_ratio = [&](const std::vector<double>& means) {
+    const std::size_t half = means.size() / 2;
+    double first = 0, second = 0;
+    for (std::size_t r = 0; r < half; ++r) first += means[r];
+    for (std::size_t r = half; r < 2 * half; ++r) second += means[r];
+    return first / second;
+  };
+  pack_options options{2048, packing_algorithm::randomized_exact_fit, overlong_policy::drop, 0, 7};
+  const packing shuffled = pack(lengths, options);
+  CHECK(std::abs(halves_ratio(mean_length_by_row(shuffled)) - 1.0) < 0.1);
+  options.seed = 8;
+  CHECK(pack(lengths, options).rows != shuffled.rows);
+  options.algorithm = packing_algorithm::exact_fit;
+  CHECK(halves_ratio(mean_length_by_row(pack(lengths, options))) > 1.3);
+}
+
+TEST_CASE("overlong samples: drop, truncate and split are counted; error names the sample") {
+  const std::vector<std::uint32_t> lengths{5, 25, 0, 10, 31, 10};
+  pack_options options{10, packing_algorithm::exact_fit, overlong_policy::drop, 0, 0};
+  packing result = pack(lengths, options);
+  test::check_packing(lengths, options, result);
+  CHECK(result.report.dropped_samples == 2);
+  CHECK(result.report.dropped_tokens == 56);
+  CHECK(result.report.empty_samples == 1);
+
+  options.overlong = overlong_policy::truncate;
+  result = pack(lengths, options);
+  test::check_packing(lengths, options, result);
+  CHECK(result.report.truncated_samples == 2);
+  CHECK(result.report.truncated_tokens == 15 + 21);
+
+  options.overlong = overlong_policy::split;
+  result = pack(lengths, options);
+  test::check_packing(lengths, options, result);
+  CHECK(result.report.split_samples == 2);
+  CHECK(result.report.packed_tokens == 81);
+
+  options.overlong = overlong_policy::error;
+  CHECK_THROWS_WITH_AS(pack(lengths, options), doctest::Contains("sample 1 has 25 tokens"), sample_error);
+}
+
+TEST_CASE("edge cases: no samples, only empty samples, bad options, bad lengths") {
+  const pack_options options{};
+  CHECK(pack(std::vector<std::uint32_t>{}, options).rows.empty());
+  const packing empties = pack(std::vector<std::uint32_t>{0, 0, 0}, options);
+  CHECK(empties.rows.empty());
+  CHECK(empties.report.empty_samples == 3);
+  CHECK_THROWS_AS(pack(std::vector<std::uint32_t>{1}, pack_options{0}), option_error);
+  CHECK_THROWS_AS(pack(std::vector<std::uint32_t>{1}, pack_options{max_capacity + 1}), option_error);
+  CHECK_THROWS_WITH_AS(pack(std::vector<int>{3, -1}, options), doctest::Contains("sample 1 has negative length"), sample_error);
+  CHECK_THROWS_AS(pack(std::vector<std::uint64_t>{std::uint64_t{1} << 33}, options), sample_error);
+  CHECK_THROWS_WITH_AS((void)parse_packing_algorithm("bfd2"), doctest::Contains("exact-fit"), option_error);
+  for (const auto& [algorithm, name] : packing_algorithm_names) CHECK(parse_packing_algorithm(name) == algorithm);
+}
+
+TEST_CASE("max_per_row caps the pieces of every row") {
+  const std::vector<std::uint32_t> lengths(1000, 3);
+  for (const packing_algorithm algorithm : all_algorithms) {
+    const pack_options options{4096, algorithm, overlong_policy::drop, 200, 0};
+    const packing result = pack(lengths, options);
+    test::check_packing(lengths, options, result);
+    CHECK(result.report.rows == 5);
+  }
+}
