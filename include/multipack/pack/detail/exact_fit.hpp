@@ -26,16 +26,32 @@ namespace multipack::detail {
 /// Candidate pairs probed per gap: bounds the cost on adversarial length sets.
 inline constexpr int exact_fit_pair_probes = 1024;
 
-/// The state shared by the opening policies: unplaced items by length.
+/// Unplaced items by length, with the shortest and longest kept at hand (queried for
+/// every item placed).
 struct unplaced_items {
   std::vector<std::uint32_t> count;
   length_set present;
   std::uint64_t left;
+  std::uint32_t shortest;
+  std::uint32_t longest;
 
   unplaced_items(item_histogram histogram, std::uint32_t capacity)
-      : count(std::move(histogram.count)), present(capacity + 1), left(histogram.items) {
+      : count(std::move(histogram.count)),
+        present(capacity + 1),
+        left(histogram.items),
+        shortest(histogram.shortest),
+        longest(histogram.longest) {
     for (std::uint32_t l = 1; l <= capacity; ++l)
       if (count[l] != 0) present.insert(l);
+  }
+
+  void remove(std::uint32_t length) noexcept {
+    --left;
+    if (--count[length] != 0) return;
+    present.erase(length);
+    if (left == 0) return;
+    if (length == shortest) shortest = present.find_next(length);
+    if (length == longest) longest = present.find_prev(length);
   }
 };
 
@@ -79,9 +95,8 @@ void fill_rows_exactly(unplaced_items& items, Opening& opening, std::uint32_t ca
     std::uint32_t in_row = 0;
     auto take = [&](std::uint32_t length) {
       slots.add(pieces, position++, length);
-      if (--count[length] == 0) present.erase(length);
+      items.remove(length);
       opening.removed(length);
-      --items.left;
       gap -= length;
       ++in_row;
     };
@@ -109,10 +124,10 @@ void fill_rows_exactly(unplaced_items& items, Opening& opening, std::uint32_t ca
         take(gap);
         break;
       }
-      const std::uint32_t fits = present.find_prev(gap);
+      const std::uint32_t shortest = items.shortest;
+      const std::uint32_t longest = items.longest;
+      const std::uint32_t fits = gap >= longest ? longest : present.find_prev(gap);
       if (fits == length_set::none) break;
-      const std::uint32_t shortest = present.find_next(1);
-      const std::uint32_t longest = present.find_prev(capacity);
       // The smallest gap >= `rest` that k items could fill, for some k.
       auto fillable = [&](std::uint32_t rest) {
         return rest == 0 ? 0 : std::max(rest, (rest + longest - 1) / longest * shortest);
