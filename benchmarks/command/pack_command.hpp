@@ -42,7 +42,7 @@ inline void add_packing_flags(CLI::App& command, pack_command_options& o) {
   command.add_option("--resample-seed", o.source.resample_seed, "seed of --resample")->capture_default_str();
   command.add_option("--capacity", o.capacity, "tokens per row")->capture_default_str();
   command.add_option("--algorithm", o.algorithm,
-                     "exact-fit | best-fit-decreasing | first-fit-decreasing | next-fit | shuffled-best-fit")
+                     "exact-fit | best-fit-decreasing | first-fit-decreasing | next-fit | randomized-exact-fit")
       ->capture_default_str();
   command.add_option("--overlong", o.overlong, "samples longer than a row: drop | truncate | split | error")
       ->capture_default_str();

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "multipack/core/concepts.hpp"
+#include "support/expect.hpp"
 
 using namespace multipack;
 
@@ -19,26 +20,6 @@ static_assert(token_dataset<in_memory_dataset<std::uint16_t>>);
 static_assert(token_dataset<in_memory_dataset<std::int64_t>>);
 static_assert(token_dataset<in_memory_dataset<std::uint32_t>>);
 
-namespace {
-
-template <class E, class F>
-std::string message_of(F&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    FAIL("threw the wrong exception type: " << e.what());
-  }
-  FAIL("threw nothing");
-  return {};
-}
-
-bool contains(const std::string& s, const std::string& part) {
-  return s.find(part) != std::string::npos;
-}
-
-}  // namespace
 
 TEST_CASE("built from nested vectors, every sample reads back as given") {
   const std::vector<std::vector<std::int32_t>> samples = {
@@ -88,15 +69,15 @@ TEST_CASE("built from flat tokens and offsets, validated") {
   CHECK(none.size() == 0);
   CHECK(none.empty());
 
-  auto msg = message_of<option_error>([] { in_memory_dataset<> d({1, 2}, {1, 2}); });
-  CHECK(contains(msg, "offset 0"));
-  msg = message_of<option_error>([] { in_memory_dataset<> d({1, 2, 3}, {0, 2, 1, 3}); });
-  CHECK(contains(msg, "offset 2"));
-  CHECK(contains(msg, "decrease"));
-  msg = message_of<option_error>([] { in_memory_dataset<> d({1, 2, 3}, {0, 2}); });
-  CHECK(contains(msg, "token count (3)"));
-  msg = message_of<option_error>([] { in_memory_dataset<> d({1, 2, 3}, {0, 4}); });
-  CHECK(contains(msg, "token count (3)"));
+  auto msg = test::message_of<option_error>([] { in_memory_dataset<> d({1, 2}, {1, 2}); });
+  CHECK(test::contains(msg, "offset 0"));
+  msg = test::message_of<option_error>([] { in_memory_dataset<> d({1, 2, 3}, {0, 2, 1, 3}); });
+  CHECK(test::contains(msg, "offset 2"));
+  CHECK(test::contains(msg, "decrease"));
+  msg = test::message_of<option_error>([] { in_memory_dataset<> d({1, 2, 3}, {0, 2}); });
+  CHECK(test::contains(msg, "token count (3)"));
+  msg = test::message_of<option_error>([] { in_memory_dataset<> d({1, 2, 3}, {0, 4}); });
+  CHECK(test::contains(msg, "token count (3)"));
   CHECK_THROWS_AS(in_memory_dataset<>({1}, {}), option_error);  // tokens but no samples
 }
 
@@ -118,7 +99,7 @@ TEST_CASE("reads outside a sample throw option_error; partial reads return the w
   CHECK_THROWS_AS(ds.read_tokens(2, 0, std::span(none)), option_error);
   CHECK_THROWS_AS((void)ds.length(2), option_error);
   CHECK_THROWS_AS((void)ds.tokens(2), option_error);
-  CHECK(contains(message_of<option_error>([&] { (void)ds.length(7); }), "sample 7"));
+  CHECK(test::contains(test::message_of<option_error>([&] { (void)ds.length(7); }), "sample 7"));
 }
 
 TEST_CASE("a token without a value in the output type is a sample_error naming it") {
@@ -129,10 +110,10 @@ TEST_CASE("a token without a value in the output type is a sample_error naming i
   CHECK(out64[1] == big);
 
   std::vector<std::int32_t> out32(3);
-  const auto msg = message_of<sample_error>([&] { ds.read_tokens(0, 0, std::span(out32)); });
-  CHECK(contains(msg, "sample 0"));
-  CHECK(contains(msg, "token 1"));
-  CHECK(contains(msg, std::to_string(big)));
+  const auto msg = test::message_of<sample_error>([&] { ds.read_tokens(0, 0, std::span(out32)); });
+  CHECK(test::contains(msg, "sample 0"));
+  CHECK(test::contains(msg, "token 1"));
+  CHECK(test::contains(msg, std::to_string(big)));
   // A window that avoids the big token converts fine.
   std::vector<std::int32_t> last(1);
   ds.read_tokens(0, 2, std::span(last));

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "multipack/core/concepts.hpp"
+#include "support/expect.hpp"
 #include "support/paths.hpp"
 
 namespace fs = std::filesystem;
@@ -63,31 +64,7 @@ void append(bytes& b, T v) {
   b.insert(b.end(), p, p + sizeof(T));
 }
 
-// The message of the E that f() throws; fails the test when it throws nothing or another type.
-template <class E, class F>
-std::string message_of(F&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    FAIL("threw the wrong exception type: " << e.what());
-  }
-  FAIL("threw nothing");
-  return {};
-}
 
-bool contains(const std::string& s, const std::string& part) {
-  return s.find(part) != std::string::npos;
-}
-
-std::vector<std::uint64_t> read_numbers(const fs::path& p) {
-  std::ifstream in(p);
-  REQUIRE(in);
-  std::vector<std::uint64_t> v;
-  for (std::uint64_t x; in >> x;) v.push_back(x);
-  return v;
-}
 
 }  // namespace
 
@@ -96,8 +73,8 @@ std::vector<std::uint64_t> read_numbers(const fs::path& p) {
 
 TEST_CASE("the embedded Alpaca set opens and agrees with lengths.txt") {
   const indexed_dataset ds(test::alpaca_prefix());
-  const auto lengths = read_numbers(test::source_dir() / "data/alpaca/lengths.txt");
-  const auto prompts = read_numbers(test::source_dir() / "data/alpaca/prompt_lengths.txt");
+  const auto lengths = test::numbers_by_iostream<std::uint64_t>(test::source_dir() / "data/alpaca/lengths.txt");
+  const auto prompts = test::numbers_by_iostream<std::uint64_t>(test::source_dir() / "data/alpaca/prompt_lengths.txt");
   REQUIRE(!lengths.empty());
   REQUIRE(ds.size() == lengths.size());
   REQUIRE(prompts.size() == lengths.size());
@@ -316,9 +293,9 @@ TEST_CASE_TEMPLATE("writer -> reader round trip keeps every value, for every dty
       ds.read_tokens(i, 0, std::span(as32));
       CHECK(std::equal(as32.begin(), as32.end(), expected.begin(), expected.end()));
     } else {
-      const auto msg = message_of<sample_error>([&] { ds.read_tokens(i, 0, std::span(as32)); });
-      CHECK(contains(msg, "sample " + std::to_string(i)));
-      CHECK(contains(msg, ds.idx_path().string()));
+      const auto msg = test::message_of<sample_error>([&] { ds.read_tokens(i, 0, std::span(as32)); });
+      CHECK(test::contains(msg, "sample " + std::to_string(i)));
+      CHECK(test::contains(msg, ds.idx_path().string()));
     }
 
     // A window in the middle reads the same tokens as the whole.
@@ -365,13 +342,13 @@ TEST_CASE("the writer refuses a token the dtype cannot hold, and writes none of 
   const fs::path prefix = test::fresh_temp_dir("unrepresentable") / "set";
   indexed_dataset_writer w(prefix, token_dtype::uint16);
   w.add_sample(std::vector<int>{1, 2});
-  auto msg = message_of<option_error>([&] { w.add_sample(std::vector<int>{3, 65535, 65536}); });
-  CHECK(contains(msg, "sample 1"));
-  CHECK(contains(msg, "token 2"));
-  CHECK(contains(msg, "65536"));
-  CHECK(contains(msg, "uint16"));
-  msg = message_of<option_error>([&] { w.add_sample(std::vector<long long>{-1}); });
-  CHECK(contains(msg, "-1"));
+  auto msg = test::message_of<option_error>([&] { w.add_sample(std::vector<int>{3, 65535, 65536}); });
+  CHECK(test::contains(msg, "sample 1"));
+  CHECK(test::contains(msg, "token 2"));
+  CHECK(test::contains(msg, "65536"));
+  CHECK(test::contains(msg, "uint16"));
+  msg = test::message_of<option_error>([&] { w.add_sample(std::vector<long long>{-1}); });
+  CHECK(test::contains(msg, "-1"));
   w.add_sample(std::vector<unsigned>{7});
   w.finish();
 
@@ -439,8 +416,8 @@ TEST_CASE("a prefix with a dot keeps the dot: PREFIX.idx, not a replaced extensi
 
 TEST_CASE("missing or unreadable files are io_errors naming the path") {
   const fs::path dir = test::fresh_temp_dir("io");
-  auto msg = message_of<io_error>([&] { indexed_dataset ds(dir / "absent"); });
-  CHECK(contains(msg, (dir / "absent.idx").string()));
+  auto msg = test::message_of<io_error>([&] { indexed_dataset ds(dir / "absent"); });
+  CHECK(test::contains(msg, (dir / "absent.idx").string()));
 
   {
     indexed_dataset_writer w(dir / "no_bin", token_dtype::int32);
@@ -448,16 +425,16 @@ TEST_CASE("missing or unreadable files are io_errors naming the path") {
     w.finish();
   }
   fs::remove(dir / "no_bin.bin");
-  msg = message_of<io_error>([&] { indexed_dataset ds(dir / "no_bin"); });
-  CHECK(contains(msg, (dir / "no_bin.bin").string()));
+  msg = test::message_of<io_error>([&] { indexed_dataset ds(dir / "no_bin"); });
+  CHECK(test::contains(msg, (dir / "no_bin.bin").string()));
 
   fs::create_directories(dir / "folder.idx");
-  msg = message_of<io_error>([&] { indexed_dataset ds(dir / "folder"); });
-  CHECK(contains(msg, (dir / "folder.idx").string()));
+  msg = test::message_of<io_error>([&] { indexed_dataset ds(dir / "folder"); });
+  CHECK(test::contains(msg, (dir / "folder.idx").string()));
 
-  msg = message_of<io_error>(
+  msg = test::message_of<io_error>(
       [&] { indexed_dataset_writer w(dir / "no_such_dir" / "set", token_dtype::int32); });
-  CHECK(contains(msg, (dir / "no_such_dir").string()));
+  CHECK(test::contains(msg, (dir / "no_such_dir").string()));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -505,9 +482,9 @@ std::string open_error(const small_set& s, const bytes& idx, const bytes* bin = 
   const fs::path prefix = s.dir / ("case" + std::to_string(counter++));
   write_bytes(with(prefix, ".idx"), idx);
   write_bytes(with(prefix, ".bin"), bin ? *bin : s.bin);
-  auto msg = message_of<format_error>([&] { indexed_dataset ds(prefix); });
+  auto msg = test::message_of<format_error>([&] { indexed_dataset ds(prefix); });
   // Every message names the file it is about.
-  CHECK(contains(msg, with(prefix, ".idx").string()));
+  CHECK(test::contains(msg, with(prefix, ".idx").string()));
   return msg;
 }
 
@@ -522,20 +499,20 @@ TEST_CASE("corruptions of the header are reported at their byte") {
     bytes b = s.idx;
     b[3] = 'X';
     const auto msg = open_error(s, b);
-    CHECK(contains(msg, byte_at(0)));
-    CHECK(contains(msg, "magic"));
+    CHECK(test::contains(msg, byte_at(0)));
+    CHECK(test::contains(msg, "magic"));
   }
   SUBCASE("another format entirely (fairseq's TNTIDX)") {
     bytes b = s.idx;
     std::memcpy(b.data(), "TNTIDX\0\0", 8);
-    CHECK(contains(open_error(s, b), byte_at(0)));
+    CHECK(test::contains(open_error(s, b), byte_at(0)));
   }
   SUBCASE("bad version") {
     bytes b = s.idx;
     put<std::uint64_t>(b, 9, 2);
     const auto msg = open_error(s, b);
-    CHECK(contains(msg, byte_at(9)));
-    CHECK(contains(msg, "version is 2"));
+    CHECK(test::contains(msg, byte_at(9)));
+    CHECK(test::contains(msg, "version is 2"));
   }
   SUBCASE("unknown dtype codes") {
     for (unsigned code : {0u, 9u, 10u, 255u}) {
@@ -543,22 +520,22 @@ TEST_CASE("corruptions of the header are reported at their byte") {
       bytes b = s.idx;
       b[17] = static_cast<unsigned char>(code);
       const auto msg = open_error(s, b);
-      CHECK(contains(msg, byte_at(17)));
-      CHECK(contains(msg, "dtype code " + std::to_string(code)));
+      CHECK(test::contains(msg, byte_at(17)));
+      CHECK(test::contains(msg, "dtype code " + std::to_string(code)));
     }
   }
   SUBCASE("sequence count too big for the file") {
     bytes b = s.idx;
     put<std::uint64_t>(b, 18, n_small + 1);
     const auto msg = open_error(s, b);
-    CHECK(contains(msg, byte_at(18)));
-    CHECK(contains(msg, "sequence count " + std::to_string(n_small + 1)));
+    CHECK(test::contains(msg, byte_at(18)));
+    CHECK(test::contains(msg, "sequence count " + std::to_string(n_small + 1)));
   }
   SUBCASE("sequence count so big that its byte size overflows 64 bits") {
     for (std::uint64_t n : {std::uint64_t{1} << 62, std::numeric_limits<std::uint64_t>::max()}) {
       bytes b = s.idx;
       put<std::uint64_t>(b, 18, n);
-      CHECK(contains(open_error(s, b), byte_at(18)));
+      CHECK(test::contains(open_error(s, b), byte_at(18)));
     }
   }
   SUBCASE("document count too big for the file") {
@@ -566,24 +543,24 @@ TEST_CASE("corruptions of the header are reported at their byte") {
     put<std::uint64_t>(b, 26, d_small + 1);
     const auto msg = open_error(s, b);
     // Which count is wrong cannot be told from the size: both are named, with their bytes.
-    CHECK(contains(msg, byte_at(18)));
-    CHECK(contains(msg, "document count " + std::to_string(d_small + 1)));
-    CHECK(contains(msg, "bytes 18 and 26"));
+    CHECK(test::contains(msg, byte_at(18)));
+    CHECK(test::contains(msg, "document count " + std::to_string(d_small + 1)));
+    CHECK(test::contains(msg, "bytes 18 and 26"));
     put<std::uint64_t>(b, 26, std::numeric_limits<std::uint64_t>::max());
-    CHECK(contains(open_error(s, b), "document count " + std::to_string(std::numeric_limits<std::uint64_t>::max())));
+    CHECK(test::contains(open_error(s, b), "document count " + std::to_string(std::numeric_limits<std::uint64_t>::max())));
   }
   SUBCASE("document count 0") {
     bytes b(s.idx.begin(), s.idx.begin() + static_cast<std::ptrdiff_t>(doc_at(0)));
     put<std::uint64_t>(b, 26, 0);
     const auto msg = open_error(s, b);
-    CHECK(contains(msg, byte_at(26)));
-    CHECK(contains(msg, "document count is 0"));
+    CHECK(test::contains(msg, byte_at(26)));
+    CHECK(test::contains(msg, "document count is 0"));
   }
   SUBCASE("bytes after the document index") {
     bytes b = s.idx;
     b.push_back(0);
     const auto msg = open_error(s, b);
-    CHECK(contains(msg, byte_at(idx_size_small)));
+    CHECK(test::contains(msg, byte_at(idx_size_small)));
   }
 }
 
@@ -603,9 +580,9 @@ TEST_CASE("a truncated .idx is reported at the field it cuts, or where the file 
     const bytes b(s.idx.begin(), s.idx.begin() + static_cast<std::ptrdiff_t>(c.cut));
     const auto msg = open_error(s, b);
     if (c.cut < 34) {
-      CHECK(contains(msg, byte_at(c.reported)));
+      CHECK(test::contains(msg, byte_at(c.reported)));
     } else {
-      CHECK(contains(msg, "truncated at byte " + std::to_string(c.reported)));
+      CHECK(test::contains(msg, "truncated at byte " + std::to_string(c.reported)));
     }
   }
 }
@@ -626,54 +603,54 @@ TEST_CASE("corruptions of sizes and pointers are reported at their byte") {
     bytes b = s.idx;
     put<std::int32_t>(b, size_at(2), -5);
     const auto msg = open_error(s, b);
-    CHECK(contains(msg, byte_at(size_at(2))));
-    CHECK(contains(msg, "sequence 2 size -5 is negative"));
+    CHECK(test::contains(msg, byte_at(size_at(2))));
+    CHECK(test::contains(msg, "sequence 2 size -5 is negative"));
   }
   SUBCASE("size that runs past the end of the .bin") {
     bytes b = s.idx;
     put<std::int32_t>(b, size_at(2), std::numeric_limits<std::int32_t>::max());
     const auto msg = open_error(s, b);
-    CHECK(contains(msg, byte_at(pointer_at(2))));
-    CHECK(contains(msg, ".bin"));
+    CHECK(test::contains(msg, byte_at(pointer_at(2))));
+    CHECK(test::contains(msg, ".bin"));
   }
   SUBCASE("pointer past the end of the .bin") {
     bytes b = s.idx;
     put<std::int64_t>(b, pointer_at(1), static_cast<std::int64_t>(s.bin.size()));
     const auto msg = open_error(s, b);
-    CHECK(contains(msg, byte_at(pointer_at(1))));
-    CHECK(contains(msg, "sequence 1"));
-    CHECK(contains(msg, std::to_string(s.bin.size()) + " bytes"));
+    CHECK(test::contains(msg, byte_at(pointer_at(1))));
+    CHECK(test::contains(msg, "sequence 1"));
+    CHECK(test::contains(msg, std::to_string(s.bin.size()) + " bytes"));
   }
   SUBCASE("pointer near INT64_MAX (no overflow)") {
     bytes b = s.idx;
     put<std::int64_t>(b, pointer_at(0), std::numeric_limits<std::int64_t>::max() - 3);
-    CHECK(contains(open_error(s, b), byte_at(pointer_at(0))));
+    CHECK(test::contains(open_error(s, b), byte_at(pointer_at(0))));
   }
   SUBCASE("an empty sample's pointer past the end") {
     bytes b = s.idx;
     put<std::int64_t>(b, pointer_at(3), static_cast<std::int64_t>(s.bin.size()) + 4);
-    CHECK(contains(open_error(s, b), byte_at(pointer_at(3))));
+    CHECK(test::contains(open_error(s, b), byte_at(pointer_at(3))));
   }
   SUBCASE("negative pointer") {
     bytes b = s.idx;
     put<std::int64_t>(b, pointer_at(2), -8);
     const auto msg = open_error(s, b);
-    CHECK(contains(msg, byte_at(pointer_at(2))));
-    CHECK(contains(msg, "negative"));
+    CHECK(test::contains(msg, byte_at(pointer_at(2))));
+    CHECK(test::contains(msg, "negative"));
   }
   SUBCASE("misaligned pointer") {
     bytes b = s.idx;
     put<std::int64_t>(b, pointer_at(1), 2);
     const auto msg = open_error(s, b);
-    CHECK(contains(msg, byte_at(pointer_at(1))));
-    CHECK(contains(msg, "not a multiple"));
+    CHECK(test::contains(msg, byte_at(pointer_at(1))));
+    CHECK(test::contains(msg, "not a multiple"));
   }
   SUBCASE("truncated .bin") {
     const bytes bin(s.bin.begin(), s.bin.end() - 4);  // cuts the last token of sample 2
     const auto msg = open_error(s, s.idx, &bin);
-    CHECK(contains(msg, byte_at(pointer_at(2))));
-    CHECK(contains(msg, ".bin"));
-    CHECK(contains(msg, std::to_string(bin.size()) + " bytes"));
+    CHECK(test::contains(msg, byte_at(pointer_at(2))));
+    CHECK(test::contains(msg, ".bin"));
+    CHECK(test::contains(msg, std::to_string(bin.size()) + " bytes"));
   }
 }
 
@@ -684,27 +661,27 @@ TEST_CASE("corruptions of the document index are reported at their byte") {
     bytes b = s.idx;
     put<std::int64_t>(b, doc_at(0), 1);
     const auto msg = open_error(s, b);
-    CHECK(contains(msg, byte_at(doc_at(0))));
-    CHECK(contains(msg, "expected 0"));
+    CHECK(test::contains(msg, byte_at(doc_at(0))));
+    CHECK(test::contains(msg, "expected 0"));
   }
   SUBCASE("decreases") {
     bytes b = s.idx;
     put<std::int64_t>(b, doc_at(1), static_cast<std::int64_t>(n_small) + 1);
     const auto msg = open_error(s, b);
-    CHECK(contains(msg, byte_at(doc_at(2))));
-    CHECK(contains(msg, "decrease"));
+    CHECK(test::contains(msg, byte_at(doc_at(2))));
+    CHECK(test::contains(msg, "decrease"));
   }
   SUBCASE("negative entry") {
     bytes b = s.idx;
     put<std::int64_t>(b, doc_at(1), -1);
-    CHECK(contains(open_error(s, b), byte_at(doc_at(1))));
+    CHECK(test::contains(open_error(s, b), byte_at(doc_at(1))));
   }
   SUBCASE("does not end at the sequence count") {
     bytes b = s.idx;
     put<std::int64_t>(b, doc_at(d_small - 1), static_cast<std::int64_t>(n_small) - 1);
     const auto msg = open_error(s, b);
-    CHECK(contains(msg, byte_at(doc_at(d_small - 1))));
-    CHECK(contains(msg, "sequence count " + std::to_string(n_small)));
+    CHECK(test::contains(msg, byte_at(doc_at(d_small - 1))));
+    CHECK(test::contains(msg, "sequence count " + std::to_string(n_small)));
   }
 }
 
@@ -748,7 +725,7 @@ TEST_CASE("a file with n bytes after the document index carries Megatron's seque
   for (std::size_t i = 0; i < n_small; ++i) CHECK(ds.sequence_modes()[i] == static_cast<std::int8_t>(i % 2));
 
   b.push_back(0);  // n + 1 trailing bytes: neither layout
-  CHECK(contains(open_error(s, b), byte_at(idx_size_small)));
+  CHECK(test::contains(open_error(s, b), byte_at(idx_size_small)));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -769,8 +746,8 @@ TEST_CASE("reads outside a sample or past the last sample throw option_error") {
   CHECK_THROWS_AS(ds.read_tokens(0, std::numeric_limits<std::uint64_t>::max(), std::span(out)),
                   option_error);
   std::vector<std::int32_t> too_many(len + 1);
-  const auto msg = message_of<option_error>([&] { ds.read_tokens(0, 0, std::span(too_many)); });
-  CHECK(contains(msg, "sample 0"));
+  const auto msg = test::message_of<option_error>([&] { ds.read_tokens(0, 0, std::span(too_many)); });
+  CHECK(test::contains(msg, "sample 0"));
 
   // The edges that are inside: an empty read at the end, the last two tokens.
   ds.read_tokens(0, len, std::span(none));

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "multipack/data/indexed_dataset.hpp"
+#include "support/expect.hpp"
 #include "support/paths.hpp"
 
 namespace fs = std::filesystem;
@@ -19,33 +20,10 @@ using namespace multipack;
 
 namespace {
 
-template <class E, class F>
-std::string message_of(F&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    FAIL("threw the wrong exception type: " << e.what());
-  }
-  FAIL("threw nothing");
-  return {};
-}
 
-bool contains(const std::string& s, const std::string& part) {
-  return s.find(part) != std::string::npos;
-}
-
-std::vector<std::uint32_t> numbers_by_iostream(const fs::path& p) {
-  std::ifstream in(p);
-  REQUIRE(in);
-  std::vector<std::uint32_t> v;
-  for (std::uint32_t x; in >> x;) v.push_back(x);
-  return v;
-}
 
 std::string parse_error(std::string_view text) {
-  return message_of<format_error>([&] { (void)parse_length_list(text, "lengths.txt"); });
+  return test::message_of<format_error>([&] { (void)parse_length_list(text, "lengths.txt"); });
 }
 
 }  // namespace
@@ -54,8 +32,8 @@ TEST_CASE("the embedded lengths files read as iostream reads them, and match the
   const fs::path dir = test::source_dir() / "data/alpaca";
   const auto lengths = read_length_list(dir / "lengths.txt");
   const auto prompts = read_length_list(dir / "prompt_lengths.txt");
-  CHECK(lengths == numbers_by_iostream(dir / "lengths.txt"));
-  CHECK(prompts == numbers_by_iostream(dir / "prompt_lengths.txt"));
+  CHECK(lengths == test::numbers_by_iostream<std::uint32_t>(dir / "lengths.txt"));
+  CHECK(prompts == test::numbers_by_iostream<std::uint32_t>(dir / "prompt_lengths.txt"));
   CHECK(lengths == indexed_dataset(test::alpaca_prefix()).lengths());
 }
 
@@ -92,22 +70,22 @@ TEST_CASE("each bad line is a format_error naming the file, the 1-based line and
                       bad{"7\n8\r9\n", 2, "'8\\x0d9'", "not a non-negative"}}) {
     CAPTURE(b.text);
     const auto msg = parse_error(b.text);
-    CHECK(contains(msg, "lengths.txt: line " + std::to_string(b.line) + ": "));
-    CHECK(contains(msg, b.shown));
-    CHECK(contains(msg, b.why));
+    CHECK(test::contains(msg, "lengths.txt: line " + std::to_string(b.line) + ": "));
+    CHECK(test::contains(msg, b.shown));
+    CHECK(test::contains(msg, b.why));
   }
 }
 
 TEST_CASE("a long or binary bad line is shown truncated and escaped") {
   const std::string garbage = "12" + std::string(1000, 'z') + "\n";
   const auto msg = parse_error("5\n" + garbage);
-  CHECK(contains(msg, "line 2"));
-  CHECK(contains(msg, "'..."));
+  CHECK(test::contains(msg, "line 2"));
+  CHECK(test::contains(msg, "'..."));
   CHECK(msg.size() < 200);
 
   const std::string binary("\x01\xff\x00 9", 5);
   const auto bin_msg = parse_error(binary);
-  CHECK(contains(bin_msg, "\\x01\\xff\\x00"));
+  CHECK(test::contains(bin_msg, "\\x01\\xff\\x00"));
 }
 
 TEST_CASE("files: a round trip through disk, and io_errors naming the path") {
@@ -135,11 +113,11 @@ TEST_CASE("files: a round trip through disk, and io_errors naming the path") {
     std::ofstream out(dir / "bad.txt", std::ios::binary);
     out << "1\n2\nthree\n";
   }
-  auto msg = message_of<format_error>([&] { (void)read_length_list(dir / "bad.txt"); });
-  CHECK(contains(msg, (dir / "bad.txt").string() + ": line 3: 'three'"));
+  auto msg = test::message_of<format_error>([&] { (void)read_length_list(dir / "bad.txt"); });
+  CHECK(test::contains(msg, (dir / "bad.txt").string() + ": line 3: 'three'"));
 
-  msg = message_of<io_error>([&] { (void)read_length_list(dir / "absent.txt"); });
-  CHECK(contains(msg, (dir / "absent.txt").string()));
-  msg = message_of<io_error>([&] { (void)read_length_list(dir); });
-  CHECK(contains(msg, dir.string()));
+  msg = test::message_of<io_error>([&] { (void)read_length_list(dir / "absent.txt"); });
+  CHECK(test::contains(msg, (dir / "absent.txt").string()));
+  msg = test::message_of<io_error>([&] { (void)read_length_list(dir); });
+  CHECK(test::contains(msg, dir.string()));
 }

@@ -1,0 +1,294 @@
+#!/usr/bin/env bash
+# multipack-bench pack, the way a user sees it: exit statuses, the text and JSON reports, the
+# rows written by --dump-rows (checked against the lengths), and one-line errors on bad input.
+#
+#   bash tests/command/pack_command_test.sh <multipack-bench> <source-dir> <scratch-dir>
+#
+# Each check prints one line; the first failure prints FAIL and exits non-zero. Needs bash and
+# python3 (standard library only).
+set -euo pipefail
+
+if [[ $# -ne 3 ]]; then
+  echo "usage: $0 <path-to-multipack-bench> <source-dir> <scratch-dir>" >&2
+  exit 2
+fi
+bench=$1
+source_dir=$2
+work=$3/pack_command_test
+
+lengths_txt=$source_dir/data/alpaca/lengths.txt
+prefix=$source_dir/data/alpaca/alpaca_llama
+algorithms=(exact-fit best-fit-decreasing first-fit-decreasing next-fit randomized-exact-fit)
+
+fail() {
+  echo "FAIL: $*" >&2
+  exit 1
+}
+ok() { echo "ok - $*"; }
+
+[[ -x $bench ]] || fail "$bench is not an executable"
+[[ -f $lengths_txt && -f $prefix.idx && -f $prefix.bin ]] || fail "$source_dir/data/alpaca is incomplete"
+command -v python3 >/dev/null || fail "python3 is needed"
+# The interpreter itself, once: a version manager's python3 shim can take most of a second a call.
+python=$(python3 -c 'import sys; print(sys.executable)')
+
+rm -rf "$work"
+mkdir -p "$work"
+
+# ---------------------------------------------------------------------------------------------
+# The checker: python3, standard library only.
+#   check.py json   REPORT LENGTHS_FILE SAMPLES ALGORITHM CAPACITY   (prints the rows)
+#   check.py dump   DUMP LENGTHS_FILE CAPACITY ROWS MODE              (MODE: whole|split|truncate)
+cat >"$work/check.py" <<'PY'
+import json, re, sys
+
+def die(msg):
+    print(msg, file=sys.stderr)
+    sys.exit(1)
+
+def read_lengths(path):
+    with open(path) as f:
+        return [int(line) for line in f.read().split('\n') if line.strip() != '']
+
+def check_json(report, lengths_file, samples, algorithm, capacity):
+    with open(report, 'rb') as f:
+        raw = f.read()
+    if raw.count(b'\n') != 1 or not raw.endswith(b'\n'):
+        die('--json printed %d newline(s), expected exactly one line: %r' % (raw.count(b'\n'), raw[:200]))
+    try:
+        r = json.loads(raw)
+    except ValueError as e:
+        die(f'--json output does not parse: {e}: {raw[:200]!r}')
+    if not isinstance(r, dict):
+        die(f'--json output is not an object: {raw[:200]!r}')
+    keys = ['samples', 'tokens', 'capacity', 'algorithm', 'rows', 'lower_bound', 'efficiency',
+            'pack_seconds', 'dropped_samples', 'dropped_tokens', 'truncated_samples',
+            'split_samples', 'peak_rss_bytes']
+    missing = [k for k in keys if k not in r]
+    if missing:
+        die(f'--json lacks keys {missing}: {sorted(r)}')
+    for k in keys:
+        if k == 'algorithm':
+            continue
+        if not isinstance(r[k], (int, float)) or isinstance(r[k], bool) or r[k] < 0:
+            die(f'--json: {k} = {r[k]!r}, expected a non-negative number')
+    lengths = read_lengths(lengths_file)
+    if r['samples'] != int(samples) or r['samples'] != len(lengths):
+        die(f'--json: samples = {r["samples"]}, expected {samples} (and {len(lengths)} lines in {lengths_file})')
+    if r['tokens'] != sum(lengths):
+        die(f'--json: tokens = {r["tokens"]}, expected {sum(lengths)}, the sum of {lengths_file}')
+    if r['algorithm'] != algorithm:
+        die(f'--json: algorithm = {r["algorithm"]!r}, expected {algorithm!r}')
+    if r['capacity'] != int(capacity):
+        die(f'--json: capacity = {r["capacity"]}, expected {capacity}')
+    if r['rows'] < r['lower_bound']:
+        die(f'--json: rows {r["rows"]} < lower_bound {r["lower_bound"]}')
+    if r['lower_bound'] < -(-sum(lengths) // int(capacity)):
+        die(f'--json: lower_bound {r["lower_bound"]} < ceil(tokens / capacity)')
+    if not 0 < r['efficiency'] <= 1:
+        die(f'--json: efficiency = {r["efficiency"]}, expected in (0, 1]')
+    if r['dropped_samples'] or r['truncated_samples'] or r['split_samples']:
+        die(f'--json: no sample is longer than the capacity, yet some were dropped, truncated or split: {r}')
+    print(r['rows'])
+
+piece_re = re.compile(r'^(0|[1-9][0-9]*)(?::(0|[1-9][0-9]*):(0|[1-9][0-9]*))?$')
+
+def check_dump(dump, lengths_file, capacity, rows, mode):
+    capacity, rows = int(capacity), int(rows)
+    lengths = read_lengths(lengths_file)
+    with open(dump) as f:
+        text = f.read()
+    if text and not text.endswith('\n'):
+        die(f'{dump}: the last line does not end with a newline')
+    lines = text.split('\n')[:-1] if text else []
+    if len(lines) != rows:
+        die(f'{dump}: {len(lines)} lines, but --json reports rows = {rows}')
+    pieces = {}  # sample -> list of (begin, end, whole-form)
+    for n, line in enumerate(lines, 1):
+        if line == '':
+            die(f'{dump}: line {n} is empty (a row without pieces)')
+        used = 0
+        for token in line.split(' '):
+            m = piece_re.match(token)
+            if not m:
+                die(f'{dump}: line {n}: piece {token!r} is neither "i" nor "i:b:e" '
+                    f'(pieces are separated by single spaces)')
+            i = int(m.group(1))
+            if i >= len(lengths):
+                die(f'{dump}: line {n}: sample {i} does not exist ({len(lengths)} samples)')
+            if m.group(2) is None:
+                b, e, whole = 0, lengths[i], True
+            else:
+                b, e, whole = int(m.group(2)), int(m.group(3)), False
+                if not b < e <= lengths[i]:
+                    die(f'{dump}: line {n}: piece {token}: expected b < e <= {lengths[i]} (the length of sample {i})')
+            used += e - b
+            pieces.setdefault(i, []).append((b, e, whole))
+        if used > capacity:
+            die(f'{dump}: line {n} holds {used} tokens, more than the capacity {capacity}')
+    for i, length in enumerate(lengths):
+        got = sorted(pieces.get(i, []))
+        if length == 0:
+            if got:
+                die(f'{dump}: sample {i} has length 0 but is packed: {got}')
+            continue
+        if not got:
+            die(f'{dump}: sample {i} (length {length}) is in no row')
+        if length <= capacity or mode == 'whole':
+            if len(got) != 1 or (got[0][0], got[0][1]) != (0, length):
+                die(f'{dump}: sample {i} (length {length}) should be one whole piece, is {got}')
+        elif mode == 'truncate':
+            if len(got) != 1 or (got[0][0], got[0][1]) != (0, capacity):
+                die(f'{dump}: sample {i} (length {length}) truncated should be one piece 0:{capacity}, is {got}')
+        elif mode == 'split':
+            at = 0
+            for b, e, _ in got:
+                if b != at:
+                    die(f'{dump}: sample {i} (length {length}) split: pieces {got} do not tile [0, {length})')
+                at = e
+            if at != length:
+                die(f'{dump}: sample {i} (length {length}) split: pieces {got} end at {at}')
+        else:
+            die(f'unknown mode {mode}')
+
+if __name__ == '__main__':
+    what = sys.argv[1]
+    if what == 'json':
+        check_json(*sys.argv[2:])
+    elif what == 'dump':
+        check_dump(*sys.argv[2:])
+    else:
+        die(f'unknown check {what}')
+PY
+check() { "$python" "$work/check.py" "$@"; }
+
+# Runs the command, stdout to $work/out, stderr to $work/err; sets rc.
+run() {
+  rc=0
+  "$bench" pack "$@" >"$work/out" 2>"$work/err" || rc=$?
+}
+expect_success() {
+  run "$@"
+  [[ $rc -eq 0 ]] || fail "pack $* exited $rc: $(head -c 500 "$work/err")"
+  [[ ! -s $work/err ]] || fail "pack $* succeeded but wrote on stderr: $(head -c 500 "$work/err")"
+}
+
+# ---------------------------------------------------------------------------------------------
+# 1. The default run.
+expect_success
+grep -q 'rows' "$work/out" || fail "the default report does not mention rows: $(cat "$work/out")"
+grep -qi 'lower bound' "$work/out" || fail "the default report does not mention the lower bound: $(cat "$work/out")"
+ok "default run exits 0 and reports rows and the lower bound"
+
+# --help names every algorithm and overlong policy the command accepts.
+expect_success --help
+for name in "${algorithms[@]}" drop truncate split error; do
+  grep -qw -- "$name" "$work/out" || fail "pack --help does not name '$name': $(grep -- --algorithm "$work/out")"
+done
+ok "--help exits 0 and names every algorithm and overlong policy"
+
+# ---------------------------------------------------------------------------------------------
+# 2. --json, every algorithm (default data, default capacity 4096).
+for algorithm in "${algorithms[@]}"; do
+  expect_success --json --algorithm "$algorithm"
+  check json "$work/out" "$lengths_txt" 5000 "$algorithm" 4096 >/dev/null || fail "--json --algorithm $algorithm"
+  ok "--json --algorithm $algorithm: one JSON line, 5000 samples, all tokens, rows >= lower_bound"
+done
+
+# ---------------------------------------------------------------------------------------------
+# 3. --dump-rows at capacity 2048 on the default data, every algorithm.
+for algorithm in "${algorithms[@]}"; do
+  dump=$work/rows-$algorithm.txt
+  expect_success --json --capacity 2048 --algorithm "$algorithm" --dump-rows "$dump"
+  rows=$(check json "$work/out" "$lengths_txt" 5000 "$algorithm" 2048) || fail "--json --capacity 2048 --algorithm $algorithm"
+  check dump "$dump" "$lengths_txt" 2048 "$rows" whole || fail "--dump-rows, --capacity 2048 --algorithm $algorithm"
+  ok "--dump-rows --capacity 2048 --algorithm $algorithm: $rows rows, every sample once and whole, none over capacity"
+done
+
+# Lengths over the capacity (100), and one empty sample, with --overlong split and truncate.
+small=$work/small.txt
+printf '%s\n' 30 250 100 7 101 0 300 99 1 200 55 45 >"$small"
+small_overlong=$(awk '$1 > 100' "$small" | wc -l)
+for policy in split truncate; do
+  for algorithm in "${algorithms[@]}"; do
+    dump=$work/small-$policy-$algorithm.txt
+    expect_success --lengths "$small" --capacity 100 --overlong "$policy" --algorithm "$algorithm" --json --dump-rows "$dump"
+    rows=$("$python" -c '
+import json, sys
+r = json.load(open(sys.argv[1]))
+policy, over = sys.argv[2], int(sys.argv[3])
+counted = r["split_samples"] if policy == "split" else r["truncated_samples"]
+rows, bound, dropped = r["rows"], r["lower_bound"], r["dropped_samples"]
+if counted != over or dropped != 0:
+    sys.exit(f"--overlong {policy}: split/truncated samples {counted}, dropped {dropped}; expected {over} and 0")
+empty = r["empty_samples"]
+if empty != 1:
+    sys.exit(f"empty_samples {empty}, expected 1 (the sample of length 0)")
+if rows < bound:
+    sys.exit(f"rows {rows} < lower_bound {bound}")
+print(rows)' "$work/out" "$policy" "$small_overlong") || fail "--lengths $small --overlong $policy --algorithm $algorithm: $(cat "$work/out")"
+    check dump "$dump" "$small" 100 "$rows" "$policy" || fail "--dump-rows, --overlong $policy --algorithm $algorithm"
+  done
+  ok "--dump-rows --overlong $policy, lengths over the capacity: pieces $([[ $policy == split ]] && echo 'tile each sample' || echo 'are 0:C'), every algorithm"
+done
+
+# ---------------------------------------------------------------------------------------------
+# 4. --lengths and --data on the same data give the same rows.
+for algorithm in exact-fit randomized-exact-fit; do
+  expect_success --json --capacity 1024 --algorithm "$algorithm" --data "$prefix" --dump-rows "$work/by-data.txt"
+  rows_data=$(check json "$work/out" "$lengths_txt" 5000 "$algorithm" 1024) || fail "--data $prefix --json"
+  expect_success --json --capacity 1024 --algorithm "$algorithm" --lengths "$lengths_txt" --dump-rows "$work/by-lengths.txt"
+  rows_lengths=$(check json "$work/out" "$lengths_txt" 5000 "$algorithm" 1024) || fail "--lengths $lengths_txt --json"
+  [[ $rows_data == "$rows_lengths" ]] || fail "--data gives $rows_data rows, --lengths $rows_lengths"
+  cmp -s "$work/by-data.txt" "$work/by-lengths.txt" || fail "--data and --lengths on the same data dump different rows ($algorithm)"
+  ok "--lengths lengths.txt and --data alpaca_llama dump the same $rows_data rows ($algorithm)"
+done
+
+# ---------------------------------------------------------------------------------------------
+# 5. Bad input: a non-zero status below 128, nothing on stdout, exactly one line on stderr
+#    ("multipack-bench: error: ..."), containing what is given as the first argument (a
+#    fixed string; empty for none).
+expect_error() {
+  local must_contain=$1
+  shift
+  run "$@"
+  local what="pack $*"
+  [[ $rc -ne 0 ]] || fail "$what: exit status 0, expected an error"
+  [[ $rc -lt 128 ]] || fail "$what: exit status $rc, a crash (signal $((rc - 128)))"
+  [[ ! -s $work/out ]] || fail "$what: failed but wrote on stdout: $(head -c 300 "$work/out")"
+  local lines
+  lines=$(wc -l <"$work/err")
+  [[ -s $work/err && $lines -eq 1 && $(tail -c 1 "$work/err" | od -An -c | tr -d ' ') == '\n' ]] ||
+    fail "$what: expected exactly one line on stderr, got $lines newline(s): $(head -c 500 "$work/err")"
+  local message
+  message=$(cat "$work/err")
+  [[ $message == "multipack-bench: error: "?* ]] || fail "$what: stderr is not 'multipack-bench: error: ...': $message"
+  [[ -z $must_contain || $message == *"$must_contain"* ]] || fail "$what: the error does not mention '$must_contain': $message"
+  ok "$what: exit $rc, one line: ${message#multipack-bench: error: }"
+}
+
+printf '5\n12\nabc\n7\n' >"$work/not-integer.txt"
+printf '5\n-3\n7\n' >"$work/negative.txt"
+printf '5\n12\n\n7\n' >"$work/empty-line.txt"
+printf '10\n20\n30\n5000\n40\n' >"$work/overlong.txt"
+cat "$prefix.idx" >"$work/truncated.idx"
+cat "$prefix.bin" >"$work/truncated.bin"
+truncate -s 100 "$work/truncated.idx"
+
+expect_error "$work/missing.txt" --lengths "$work/missing.txt"
+expect_error "line 3" --lengths "$work/not-integer.txt"
+expect_error "line 2" --lengths "$work/negative.txt"
+expect_error "line 3" --lengths "$work/empty-line.txt"
+expect_error "capacity" --capacity 0
+expect_error "capacity" --capacity -5
+expect_error "capacity" --capacity abc
+expect_error "bogus" --algorithm bogus
+expect_error "bogus" --overlong bogus
+expect_error "--no-such-flag" --no-such-flag
+expect_error "$work/missing" --data "$work/missing"
+expect_error "$work/truncated.idx" --data "$work/truncated"
+expect_error "sample 3 " --lengths "$work/overlong.txt" --capacity 4096 --overlong error
+expect_error "" --data "$prefix" --lengths "$lengths_txt"
+
+rm -rf "$work"
+echo "all pack command checks passed"
