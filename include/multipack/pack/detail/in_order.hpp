@@ -12,19 +12,6 @@
 
 namespace multipack::detail {
 
-/// Calls visit(piece) for each item of sample i, in token order.
-template <class Visit>
-void for_each_piece_of(std::uint32_t sample, std::uint32_t length, const pack_options& options,
-                       Visit&& visit) {
-  const sample_items items = items_of(length, options.capacity, options.overlong);
-  for (std::uint32_t k = 0; k < items.full_pieces; ++k)
-    visit(piece{sample, k * options.capacity, (k + 1) * options.capacity});
-  if (items.tail != 0) {
-    const std::uint32_t begin = items.full_pieces == 0 ? 0 : length - items.tail;
-    visit(piece{sample, begin, begin + items.tail});
-  }
-}
-
 inline void next_fit(std::span<const std::uint32_t> lengths, const pack_options& options,
                      piece_vector& pieces, std::vector<std::uint64_t>& offsets) {
   const std::uint32_t per_row_limit = options.max_per_row == 0 ? UINT32_MAX : options.max_per_row;

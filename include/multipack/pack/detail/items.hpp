@@ -36,6 +36,19 @@ struct sample_items {
   }
 }
 
+/// Calls visit(piece) for each item of sample i, in token order.
+template <class Visit>
+void for_each_piece_of(std::uint32_t sample, std::uint32_t length, const pack_options& options,
+                       Visit&& visit) {
+  const sample_items items = items_of(length, options.capacity, options.overlong);
+  for (std::uint32_t k = 0; k < items.full_pieces; ++k)
+    visit(piece{sample, k * options.capacity, (k + 1) * options.capacity});
+  if (items.tail != 0) {
+    const std::uint32_t begin = items.full_pieces == 0 ? 0 : length - items.tail;
+    visit(piece{sample, begin, begin + items.tail});
+  }
+}
+
 /// Items of every length, and how many items and samples there are.
 struct item_histogram {
   std::vector<std::uint32_t> count;  ///< count[l]: items of length l, l in [1, capacity]
@@ -123,17 +136,9 @@ class slot_lists {
   template <class ForEachSample>
   void assign(piece_vector& pieces, std::span<const std::uint32_t> lengths, const pack_options& options,
               ForEachSample&& for_each_sample) noexcept {
-    const std::uint32_t capacity = options.capacity;
     for_each_sample([&](std::size_t i) {
-      const auto sample = static_cast<std::uint32_t>(i);
-      const std::uint32_t length = lengths[i];
-      const sample_items items = items_of(length, capacity, options.overlong);
-      for (std::uint32_t k = 0; k < items.full_pieces; ++k)
-        take(pieces, capacity) = piece{sample, k * capacity, (k + 1) * capacity};
-      if (items.tail != 0) {
-        const std::uint32_t begin = items.full_pieces == 0 ? 0 : length - items.tail;
-        take(pieces, items.tail) = piece{sample, begin, begin + items.tail};
-      }
+      for_each_piece_of(static_cast<std::uint32_t>(i), lengths[i], options,
+                        [&](const piece& p) { take(pieces, p.length()) = p; });
     });
   }
 
