@@ -8,6 +8,7 @@
 #include <string_view>
 #include <utility>
 
+#include "multipack/core/detail/enum_names.hpp"
 #include "multipack/core/error.hpp"
 
 namespace multipack {
@@ -70,29 +71,6 @@ inline constexpr std::array<std::pair<overlong_policy, std::string_view>, 4> ove
     {overlong_policy::split, "split"},
     {overlong_policy::error, "error"},
 }};
-
-namespace detail {
-template <class Enum, std::size_t N>
-[[nodiscard]] constexpr std::string_view name_of(
-    const std::array<std::pair<Enum, std::string_view>, N>& names, Enum value) noexcept {
-  for (const auto& [v, name] : names)
-    if (v == value) return name;
-  return "unknown";
-}
-
-template <class Enum, std::size_t N>
-[[nodiscard]] Enum parse_name(const std::array<std::pair<Enum, std::string_view>, N>& names,
-                              std::string_view text, std::string_view what) {
-  std::string known;
-  for (const auto& [v, name] : names) {
-    if (name == text) return v;
-    known += known.empty() ? "" : ", ";
-    known += name;
-  }
-  throw option_error("unknown " + std::string(what) + " '" + std::string(text) +
-                     "' (known: " + known + ")");
-}
-}  // namespace detail
 
 /// "exact-fit", "best-fit-decreasing", ... O(1), never throws.
 [[nodiscard]] constexpr std::string_view to_string(packing_algorithm a) noexcept {

@@ -1,0 +1,37 @@
+#pragma once
+// Names of option enums, for the command line and reports: one table per enum, read both ways.
+
+#include <array>
+#include <cstddef>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "multipack/core/error.hpp"
+
+namespace multipack::detail {
+
+/// The name of `value` in `names`, or "unknown". O(N), never throws.
+template <class Enum, std::size_t N>
+[[nodiscard]] constexpr std::string_view name_of(
+    const std::array<std::pair<Enum, std::string_view>, N>& names, Enum value) noexcept {
+  for (const auto& [v, name] : names)
+    if (v == value) return name;
+  return "unknown";
+}
+
+/// The value named `text`; throws option_error naming `what` and listing the known names.
+template <class Enum, std::size_t N>
+[[nodiscard]] Enum parse_name(const std::array<std::pair<Enum, std::string_view>, N>& names,
+                              std::string_view text, std::string_view what) {
+  std::string known;
+  for (const auto& [v, name] : names) {
+    if (name == text) return v;
+    known += known.empty() ? "" : ", ";
+    known += name;
+  }
+  throw option_error("unknown " + std::string(what) + " '" + std::string(text) +
+                     "' (known: " + known + ")");
+}
+
+}  // namespace multipack::detail

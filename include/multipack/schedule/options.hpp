@@ -1,0 +1,72 @@
+#pragma once
+// What an epoch's schedule is asked for: how many ranks, how many rows each takes per step,
+// which epoch of which seed, and what happens to the rows that do not fill a last step.
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "multipack/core/detail/enum_names.hpp"
+#include "multipack/core/error.hpp"
+#include "multipack/core/random.hpp"
+
+namespace multipack {
+
+/// What happens to the rows that do not fill a last global step of world_size x micro_batch.
+enum class remainder_policy : std::uint8_t {
+  /// The default: the last step is completed with padding rows (no pieces, no loss), so no
+  /// sample of the epoch is lost.
+  pad,
+  /// The rows of the incomplete last step are left out of the epoch and counted in the report.
+  /// Which rows those are changes with the epoch, since the order of rows does.
+  drop,
+};
+
+inline constexpr std::array<std::pair<remainder_policy, std::string_view>, 2> remainder_policy_names{{
+    {remainder_policy::pad, "pad"},
+    {remainder_policy::drop, "drop"},
+}};
+
+/// "pad" or "drop". O(1), never throws.
+[[nodiscard]] constexpr std::string_view to_string(remainder_policy p) noexcept {
+  return detail::name_of(remainder_policy_names, p);
+}
+/// The inverse of to_string; throws option_error listing the known names.
+[[nodiscard]] inline remainder_policy parse_remainder_policy(std::string_view text) {
+  return detail::parse_name(remainder_policy_names, text, "remainder policy");
+}
+
+struct schedule_options {
+  std::uint32_t world_size = 1;   ///< ranks (data-parallel processes)
+  std::uint32_t micro_batch = 1;  ///< rows each rank takes per step
+  std::uint64_t seed = 0;         ///< with epoch, fixes the packing (randomized algorithm) and the order of rows
+  std::uint64_t epoch = 0;
+  remainder_policy remainder = remainder_policy::pad;
+  /// Rows go to ranks within a step largest cost first (see row_cost); off: rank r takes the
+  /// r-th consecutive micro_batch rows of the step.
+  bool balance = true;
+  /// Rows of this epoch's sequence already trained on, by a run that may have had another
+  /// world size or micro-batch: the schedule starts after them. 0 for a fresh epoch.
+  std::uint64_t consumed_rows = 0;
+};
+
+/// The seed of one epoch: a pure function of (seed, epoch), different for every epoch.
+/// Never throws; the same on every platform.
+[[nodiscard]] constexpr std::uint64_t epoch_seed(std::uint64_t seed, std::uint64_t epoch) noexcept {
+  return detail::mix64(seed ^ detail::mix64(epoch + 0x9e3779b97f4a7c15ULL));
+}
+
+/// Throws option_error for a world size or micro-batch of 0, or a step of more than 2^32 - 1
+/// rows. O(1).
+inline void validate(const schedule_options& options) {
+  if (options.world_size == 0) throw option_error("schedule_options: world_size must be at least 1 rank");
+  if (options.micro_batch == 0) throw option_error("schedule_options: micro_batch must be at least 1 row");
+  if (std::uint64_t{options.world_size} * options.micro_batch > UINT32_MAX)
+    throw option_error("schedule_options: world_size x micro_batch = " +
+                       std::to_string(std::uint64_t{options.world_size} * options.micro_batch) +
+                       " rows a step; at most 2^32 - 1 are supported");
+}
+
+}  // namespace multipack

@@ -1,0 +1,51 @@
+#pragma once
+// An epoch ready to train on: the packing of the epoch and its schedule, built from the
+// sample lengths in one call that every rank makes identically.
+
+#include <cstdint>
+#include <span>
+#include <utility>
+
+#include "multipack/core/error.hpp"
+#include "multipack/core/piece.hpp"
+#include "multipack/pack/pack.hpp"
+#include "multipack/schedule/epoch_schedule.hpp"
+#include "multipack/schedule/options.hpp"
+
+namespace multipack {
+
+struct epoch_plan {
+  packing packed;           ///< the rows of this epoch and what the packer did with every sample
+  epoch_schedule schedule;  ///< which row every (step, rank, slot) takes
+
+  /// The pieces of the row that `rank` trains on in `step`, slot `slot` (< micro_batch); empty
+  /// for a padding row. O(1). Throws option_error for a step, rank or slot out of range.
+  /// Thread-safe (const).
+  [[nodiscard]] std::span<const piece> pieces(std::uint64_t step, std::uint32_t rank, std::uint32_t slot) const {
+    const std::span<const std::uint32_t> rows = schedule.rows(step, rank);
+    if (slot >= rows.size())
+      throw option_error("epoch_plan: slot " + std::to_string(slot) + " is outside the micro-batch of " +
+                         std::to_string(rows.size()) + " rows");
+    if (rows[slot] == epoch_schedule::padding_row) return {};
+    return packed.rows[rows[slot]];
+  }
+};
+
+/// Packs the lengths for this epoch and schedules the rows. The packer's seed is
+/// epoch_seed(options.seed, options.epoch) (pack_options::seed is not used), so the randomized
+/// algorithm repacks every epoch; the others give the same rows, in a new order. A pure
+/// function of (lengths, packing_options, options).
+///
+/// Throws what pack and epoch_schedule throw. Cost: theirs. Thread-safe: shares nothing.
+template <class Lengths>
+[[nodiscard]] epoch_plan plan_epoch(Lengths&& lengths, pack_options packing_options, const schedule_options& options)
+  requires requires { pack(std::forward<Lengths>(lengths), packing_options); }
+{
+  validate(options);
+  packing_options.seed = epoch_seed(options.seed, options.epoch);
+  epoch_plan plan{pack(std::forward<Lengths>(lengths), packing_options), {}};
+  plan.schedule = epoch_schedule(plan.packed.rows, options);
+  return plan;
+}
+
+}  // namespace multipack
