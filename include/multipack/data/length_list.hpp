@@ -21,34 +21,11 @@
 #include <system_error>
 #include <vector>
 
+#include "multipack/core/detail/quote.hpp"
 #include "multipack/core/error.hpp"
 #include "multipack/data/detail/mapped_file.hpp"
 
 namespace multipack {
-
-namespace detail {
-
-// The offending line for a message: at most 40 characters, control bytes escaped, so that a
-// binary file does not produce a megabyte of garbage in an exception.
-inline std::string quote_line(std::string_view s) {
-  constexpr std::size_t max_chars = 40;
-  static constexpr char digits[] = "0123456789abcdef";
-  std::string q = "'";
-  for (std::size_t k = 0; k < s.size() && k < max_chars; ++k) {
-    const auto c = static_cast<unsigned char>(s[k]);
-    if (c < 0x20 || c >= 0x7f || c == '\'' || c == '\\') {
-      q += "\\x";
-      q += digits[c >> 4];
-      q += digits[c & 15];
-    } else {
-      q += static_cast<char>(c);
-    }
-  }
-  q += s.size() > max_chars ? "'..." : "'";
-  return q;
-}
-
-}  // namespace detail
 
 /// Parses `text` (see the format above) into lengths. `name` is what messages call the
 /// text (a file name). Throws format_error "<name>: line <n>: <text> <why>" (n 1-based) for
@@ -61,7 +38,7 @@ inline std::string quote_line(std::string_view s) {
   lengths.reserve(static_cast<std::size_t>(std::count(text.begin(), text.end(), '\n')) + 1);
   auto fail = [&](std::uint64_t line, std::string_view shown, const char* why) {
     throw format_error(std::string(name) + ": line " + std::to_string(line) + ": " +
-                       detail::quote_line(shown) + " " + why);
+                       detail::quote(shown) + " " + why);
   };
   auto blank = [](char c) { return c == ' ' || c == '\t'; };
 
