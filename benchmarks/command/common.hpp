@@ -2,18 +2,26 @@
 // What every subcommand of multipack-bench shares: loading lengths, timing, memory readings,
 // progress on standard error, and the one-line error convention.
 
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <memory>
+#include <iterator>
 #include <mutex>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include <fmt/format.h>
+
+#include "multipack/core/error.hpp"
+#include "multipack/core/piece.hpp"
 
 #include "multipack/core/random.hpp"
 #include "multipack/data/indexed_dataset.hpp"
@@ -85,6 +93,54 @@ class progress {
   bool done_ = false;
   std::thread thread_;
 };
+
+/// A text file written in large blocks; every failure (open, write, flush) is an io_error
+/// naming the file.
+class text_file {
+ public:
+  explicit text_file(std::string path) : path_(std::move(path)), file_(std::fopen(path_.c_str(), "wb"), &std::fclose) {
+    if (!file_) throw io_error(fmt::format("{}: cannot open for writing: {}", path_, std::strerror(errno)));
+  }
+
+  /// The text to append to; written out once it holds a megabyte, and at close().
+  fmt::memory_buffer& buffer() noexcept { return buffer_; }
+
+  /// Writes the buffer out once it is large.
+  void maybe_flush() {
+    if (buffer_.size() >= (std::size_t{1} << 20)) flush();
+  }
+
+  /// Writes everything out and closes the file.
+  void close() {
+    flush();
+    if (std::fclose(file_.release()) != 0) throw io_error(fmt::format("{}: write failed: {}", path_, std::strerror(errno)));
+  }
+
+ private:
+  void flush() {
+    if (std::fwrite(buffer_.data(), 1, buffer_.size(), file_.get()) != buffer_.size())
+      throw io_error(fmt::format("{}: write failed: {}", path_, std::strerror(errno)));
+    buffer_.clear();
+  }
+
+  std::string path_;
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> file_;
+  fmt::memory_buffer buffer_;
+};
+
+/// Appends pieces as the dump files write them: separated by spaces, `i` for all of sample i,
+/// `i:b:e` for tokens [b, e) of it.
+inline void append_pieces(fmt::memory_buffer& out, std::span<const piece> pieces, const std::vector<std::uint32_t>& lengths) {
+  bool first = true;
+  for (const piece& p : pieces) {
+    if (!first) out.push_back(' ');
+    first = false;
+    if (p.begin == 0 && p.end == lengths[p.sample])
+      fmt::format_to(std::back_inserter(out), "{}", p.sample);
+    else
+      fmt::format_to(std::back_inserter(out), "{}:{}:{}", p.sample, p.begin, p.end);
+  }
+}
 
 /// Where lengths come from: an indexed dataset (--data) or a text list (--lengths), optionally
 /// resampled with replacement to N samples (--resample, a fixed seed) for scale benchmarks.

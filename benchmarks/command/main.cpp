@@ -1,4 +1,4 @@
-// multipack-bench: measures multipack on real data. Subcommands: pack.
+// multipack-bench: measures multipack on real data. Subcommands: pack, plan.
 // Errors end with one line on standard error and a non-zero exit status.
 
 #include <cstdio>
@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "command/pack_command.hpp"
+#include "command/plan_command.hpp"
 
 int main(int argc, char** argv) {
   CLI::App app{"multipack-bench: packing, planning and loading benchmarks on real data"};
@@ -17,6 +18,9 @@ int main(int argc, char** argv) {
   multipack::bench::pack_command_options pack_options;
   pack_options.source.data = MULTIPACK_DEFAULT_DATA;
   multipack::bench::add_pack_command(app, pack_options, action);
+  multipack::bench::plan_command_options plan_options;
+  plan_options.packing.source.data = MULTIPACK_DEFAULT_DATA;
+  multipack::bench::add_plan_command(app, plan_options, action);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -3,11 +3,7 @@
 // bound, time against a sort of the same lengths (measured in the same run), and memory.
 
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
 #include <functional>
-#include <cstdio>
-#include <memory>
 #include <string>
 #include <vector>
 
@@ -32,7 +28,7 @@ struct pack_command_options {
   std::string dump_rows;
 };
 
-/// The options of `pack` (shared by `plan` later): the input and the packing options.
+/// The options of `pack` that `plan` shares: the input and the packing options.
 inline void add_packing_flags(CLI::App& command, pack_command_options& o) {
   auto* data = command.add_option("--data", o.source.data, "Megatron indexed dataset PREFIX (PREFIX.idx + PREFIX.bin)")
                    ->capture_default_str();
@@ -48,35 +44,22 @@ inline void add_packing_flags(CLI::App& command, pack_command_options& o) {
       ->capture_default_str();
   command.add_option("--max-per-row", o.max_per_row, "most samples (pieces) in a row; 0 = unlimited")
       ->capture_default_str();
-  command.add_option("--seed", o.seed, "seed of the randomized algorithm")->capture_default_str();
+  command.add_option("--seed", o.seed, "seed of the randomized algorithm (pack); of every epoch's packing and order (plan)")->capture_default_str();
 }
 
 [[nodiscard]] inline pack_options to_pack_options(const pack_command_options& o) {
   return {o.capacity, parse_packing_algorithm(o.algorithm), parse_overlong_policy(o.overlong), o.max_per_row, o.seed};
 }
 
-/// One line a row: pieces separated by spaces, `i` for all of sample i, `i:b:e` for tokens
-/// [b, e) of it.
+/// One line a row, the pieces as append_pieces writes them.
 inline void write_rows(const std::string& path, const packed_rows& rows, const std::vector<std::uint32_t>& lengths) {
-  std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(std::fopen(path.c_str(), "wb"), &std::fclose);
-  if (!file) throw io_error(fmt::format("{}: cannot open for writing: {}", path, std::strerror(errno)));
-  fmt::memory_buffer line;
+  text_file file(path);
   for (std::size_t r = 0; r < rows.size(); ++r) {
-    line.clear();
-    bool first = true;
-    for (const piece& p : rows[r]) {
-      if (!first) line.push_back(' ');
-      first = false;
-      if (p.begin == 0 && p.end == lengths[p.sample])
-        fmt::format_to(std::back_inserter(line), "{}", p.sample);
-      else
-        fmt::format_to(std::back_inserter(line), "{}:{}:{}", p.sample, p.begin, p.end);
-    }
-    line.push_back('\n');
-    if (std::fwrite(line.data(), 1, line.size(), file.get()) != line.size())
-      throw io_error(fmt::format("{}: write failed: {}", path, std::strerror(errno)));
+    append_pieces(file.buffer(), rows[r], lengths);
+    file.buffer().push_back('\n');
+    file.maybe_flush();
   }
-  if (std::fflush(file.get()) != 0) throw io_error(fmt::format("{}: write failed: {}", path, std::strerror(errno)));
+  file.close();
 }
 
 inline nlohmann::ordered_json report_json(const pack_report& report, const pack_options& options) {

@@ -31,8 +31,15 @@ struct epoch_plan {
   }
 };
 
-/// Packs the lengths for this epoch and schedules the rows. The packer's seed is
-/// epoch_seed(options.seed, options.epoch) (pack_options::seed is not used), so the randomized
+/// The packing options of one epoch: `packing_options` with the seed of the epoch,
+/// epoch_seed(options.seed, options.epoch). O(1), never throws.
+[[nodiscard]] inline pack_options epoch_pack_options(pack_options packing_options, const schedule_options& options) noexcept {
+  packing_options.seed = epoch_seed(options.seed, options.epoch);
+  return packing_options;
+}
+
+/// Packs the lengths for this epoch and schedules the rows. The packer's seed is the epoch's
+/// (epoch_pack_options; pack_options::seed is not used), so the randomized
 /// algorithm repacks every epoch; the others give the same rows, in a new order. A pure
 /// function of (lengths, packing_options, options).
 ///
@@ -42,8 +49,7 @@ template <class Lengths>
   requires requires { pack(std::forward<Lengths>(lengths), packing_options); }
 {
   validate(options);
-  packing_options.seed = epoch_seed(options.seed, options.epoch);
-  epoch_plan plan{pack(std::forward<Lengths>(lengths), packing_options), {}};
+  epoch_plan plan{pack(std::forward<Lengths>(lengths), epoch_pack_options(packing_options, options)), {}};
   plan.schedule = epoch_schedule(plan.packed.rows, options);
   return plan;
 }
