@@ -35,6 +35,12 @@ inline double seconds_since(clock::time_point start) {
   return std::chrono::duration<double>(clock::now() - start).count();
 }
 
+/// Keeps a computed value alive, so that the compiler cannot skip the work of a floor.
+template <class T>
+inline void do_not_optimize(const T& value) {
+  asm volatile("" : : "r,m"(value) : "memory");
+}
+
 /// A field of /proc/self/status in bytes (VmRSS, VmHWM), or 0 where there is none.
 inline std::uint64_t proc_status_bytes(const char* field) {
   std::ifstream status("/proc/self/status");
