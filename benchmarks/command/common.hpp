@@ -3,6 +3,7 @@
 // progress on standard error, and the one-line error convention.
 
 #include <cerrno>
+#include <charconv>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -15,9 +16,11 @@
 #include <mutex>
 #include <span>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
+#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
 #include "multipack/core/error.hpp"
@@ -34,6 +37,21 @@ using clock = std::chrono::steady_clock;
 inline double seconds_since(clock::time_point start) {
   return std::chrono::duration<double>(clock::now() - start).count();
 }
+
+/// Accepts digits only, up to 2^64 - 1: CLI11 would otherwise read "-1" into an unsigned
+/// 64-bit option as 2^64 - 1 and saturate larger numbers, and its NonNegativeNumber message
+/// prints the range of a double.
+inline const CLI::Validator non_negative_integer(
+    [](std::string& text) -> std::string {
+      std::uint64_t value = 0;
+      const char* end = text.data() + text.size();
+      const auto parsed = std::from_chars(text.data(), end, value);
+      if (text.empty() || text.find_first_not_of("0123456789") != std::string::npos || parsed.ptr != end ||
+          parsed.ec != std::errc{})
+        return "expected an integer from 0 to 18446744073709551615, got '" + text + "'";
+      return {};
+    },
+    "UINT");
 
 /// Keeps a computed value alive, so that the compiler cannot skip the work of a floor.
 template <class T>

@@ -34,8 +34,10 @@ inline void add_packing_flags(CLI::App& command, pack_command_options& o) {
                    ->capture_default_str();
   auto* lengths = command.add_option("--lengths", o.source.lengths_file, "text file: one sample length per line");
   data->excludes(lengths);
-  command.add_option("--resample", o.source.resample, "draw N lengths with replacement from the input (for scale)");
-  command.add_option("--resample-seed", o.source.resample_seed, "seed of --resample")->capture_default_str();
+  command.add_option("--resample", o.source.resample, "draw N lengths with replacement from the input (for scale)")
+      ->check(non_negative_integer);
+  command.add_option("--resample-seed", o.source.resample_seed, "seed of --resample")->capture_default_str()
+      ->check(non_negative_integer);
   command.add_option("--capacity", o.capacity, "tokens per row")->capture_default_str();
   command.add_option("--algorithm", o.algorithm,
                      "exact-fit | best-fit-decreasing | first-fit-decreasing | next-fit | randomized-exact-fit")
@@ -44,7 +46,9 @@ inline void add_packing_flags(CLI::App& command, pack_command_options& o) {
       ->capture_default_str();
   command.add_option("--max-per-row", o.max_per_row, "most samples (pieces) in a row; 0 = unlimited")
       ->capture_default_str();
-  command.add_option("--seed", o.seed, "seed of the randomized algorithm (pack); of every epoch's packing and order (plan)")->capture_default_str();
+  command.add_option("--seed", o.seed, "seed of the randomized algorithm (pack); of every epoch's packing and order (plan)")
+      ->capture_default_str()
+      ->check(non_negative_integer);
 }
 
 [[nodiscard]] inline pack_options to_pack_options(const pack_command_options& o) {

@@ -174,13 +174,16 @@ inline void add_plan_command(CLI::App& app, plan_command_options& o, std::functi
   add_packing_flags(*command, o.packing);
   command->add_option("--world-size", o.world_size, "ranks (data-parallel processes)")->required();
   command->add_option("--micro-batch", o.micro_batch, "rows each rank takes per step")->required();
-  command->add_option("--epoch", o.epoch, "epoch number: with --seed, fixes the packing and the order")->capture_default_str();
+  command->add_option("--epoch", o.epoch, "epoch number: with --seed, fixes the packing and the order")->capture_default_str()
+      ->check(non_negative_integer);
   command->add_option("--remainder", o.remainder, "rows that do not fill a last step: pad | drop")->capture_default_str();
   command->add_flag("--no-balance", o.no_balance, "rank r takes the r-th consecutive rows of each step");
   command->add_option("--consumed-rows", o.consumed_rows,
                       "rows of this epoch already trained on (by a run with any world size): start after them")
-      ->capture_default_str();
-  command->add_option("--start-step", o.start_step, "dump the plan from this step on (resume)")->capture_default_str();
+      ->capture_default_str()
+      ->check(non_negative_integer);
+  command->add_option("--start-step", o.start_step, "dump the plan from this step on (resume)")->capture_default_str()
+      ->check(non_negative_integer);
   command->add_option("--repeat", o.repeat, "schedule R times; report the fastest")->capture_default_str();
   command->add_flag("--json", o.json, "print one JSON object on standard output");
   command->add_option("--dump-plan", o.dump_plan, "write the plan to FILE: `epoch step rank slot pieces...` a row");

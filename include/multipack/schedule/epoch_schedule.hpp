@@ -69,7 +69,7 @@ class epoch_schedule {
                          " exceeds the " + std::to_string(total) + " rows of the epoch");
     const std::uint64_t left = total - options.consumed_rows;
     if (left < world)
-      throw option_error("epoch_schedule: " + std::to_string(left) + " rows to schedule for " +
+      throw option_error("epoch_schedule: " + std::to_string(left) + (left == 1 ? " row" : " rows") + " to schedule for " +
                          std::to_string(world) + " ranks: every rank needs at least one row " +
                          "(use fewer ranks, or a smaller capacity for more rows)");
     const bool pad = options.remainder == remainder_policy::pad;

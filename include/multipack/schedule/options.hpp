@@ -58,15 +58,20 @@ struct schedule_options {
   return detail::mix64(seed ^ detail::mix64(epoch + 0x9e3779b97f4a7c15ULL));
 }
 
-/// Throws option_error for a world size or micro-batch of 0, or a step of more than 2^32 - 1
-/// rows. O(1).
+/// The most rows one global step may take (world_size x micro_batch): 2^24, 16 M rows, a
+/// thousand times any real job's, so that a mistyped option fails here rather than
+/// allocating gigabytes of padding.
+inline constexpr std::uint64_t max_rows_a_step = std::uint64_t{1} << 24;
+
+/// Throws option_error for a world size or micro-batch of 0, or a step of more than
+/// max_rows_a_step rows. O(1).
 inline void validate(const schedule_options& options) {
   if (options.world_size == 0) throw option_error("schedule_options: world_size must be at least 1 rank");
   if (options.micro_batch == 0) throw option_error("schedule_options: micro_batch must be at least 1 row");
-  if (std::uint64_t{options.world_size} * options.micro_batch > UINT32_MAX)
-    throw option_error("schedule_options: world_size x micro_batch = " +
-                       std::to_string(std::uint64_t{options.world_size} * options.micro_batch) +
-                       " rows a step; at most 2^32 - 1 are supported");
+  const std::uint64_t step_rows = std::uint64_t{options.world_size} * options.micro_batch;
+  if (step_rows > max_rows_a_step)
+    throw option_error("schedule_options: world_size x micro_batch = " + std::to_string(step_rows) +
+                       " rows a step; at most " + std::to_string(max_rows_a_step) + " are supported");
 }
 
 }  // namespace multipack
