@@ -8,32 +8,8 @@
 # python3 (standard library only).
 set -euo pipefail
 
-if [[ $# -ne 3 ]]; then
-  echo "usage: $0 <path-to-multipack-bench> <source-dir> <scratch-dir>" >&2
-  exit 2
-fi
-bench=$1
-source_dir=$2
-work=$3/pack_command_test
-
-lengths_txt=$source_dir/data/alpaca/lengths.txt
-prefix=$source_dir/data/alpaca/alpaca_llama
+source "$(dirname "$0")/harness.sh" pack "$@"
 algorithms=(exact-fit best-fit-decreasing first-fit-decreasing next-fit randomized-exact-fit)
-
-fail() {
-  echo "FAIL: $*" >&2
-  exit 1
-}
-ok() { echo "ok - $*"; }
-
-[[ -x $bench ]] || fail "$bench is not an executable"
-[[ -f $lengths_txt && -f $prefix.idx && -f $prefix.bin ]] || fail "$source_dir/data/alpaca is incomplete"
-command -v python3 >/dev/null || fail "python3 is needed"
-# The interpreter itself, once: a version manager's python3 shim can take most of a second a call.
-python=$(python3 -c 'import sys; print(sys.executable)')
-
-rm -rf "$work"
-mkdir -p "$work"
 
 # ---------------------------------------------------------------------------------------------
 # The checker: python3, standard library only.
@@ -42,25 +18,10 @@ mkdir -p "$work"
 cat >"$work/check.py" <<'PY'
 import json, re, sys
 
-def die(msg):
-    print(msg, file=sys.stderr)
-    sys.exit(1)
-
-def read_lengths(path):
-    with open(path) as f:
-        return [int(line) for line in f.read().split('\n') if line.strip() != '']
+from dump_format import die, piece_re, read_json_line, read_lengths
 
 def check_json(report, lengths_file, samples, algorithm, capacity):
-    with open(report, 'rb') as f:
-        raw = f.read()
-    if raw.count(b'\n') != 1 or not raw.endswith(b'\n'):
-        die('--json printed %d newline(s), expected exactly one line: %r' % (raw.count(b'\n'), raw[:200]))
-    try:
-        r = json.loads(raw)
-    except ValueError as e:
-        die(f'--json output does not parse: {e}: {raw[:200]!r}')
-    if not isinstance(r, dict):
-        die(f'--json output is not an object: {raw[:200]!r}')
+    r = read_json_line(report)
     keys = ['samples', 'tokens', 'capacity', 'algorithm', 'rows', 'lower_bound', 'efficiency',
             'pack_seconds', 'dropped_samples', 'dropped_tokens', 'truncated_samples',
             'split_samples', 'peak_rss_bytes']
@@ -91,7 +52,6 @@ def check_json(report, lengths_file, samples, algorithm, capacity):
         die(f'--json: no sample is longer than the capacity, yet some were dropped, truncated or split: {r}')
     print(r['rows'])
 
-piece_re = re.compile(r'^(0|[1-9][0-9]*)(?::(0|[1-9][0-9]*):(0|[1-9][0-9]*))?$')
 
 def check_dump(dump, lengths_file, capacity, rows, mode):
     capacity, rows = int(capacity), int(rows)
@@ -162,16 +122,6 @@ if __name__ == '__main__':
 PY
 check() { "$python" "$work/check.py" "$@"; }
 
-# Runs the command, stdout to $work/out, stderr to $work/err; sets rc.
-run() {
-  rc=0
-  "$bench" pack "$@" >"$work/out" 2>"$work/err" || rc=$?
-}
-expect_success() {
-  run "$@"
-  [[ $rc -eq 0 ]] || fail "pack $* exited $rc: $(head -c 500 "$work/err")"
-  [[ ! -s $work/err ]] || fail "pack $* succeeded but wrote on stderr: $(head -c 500 "$work/err")"
-}
 
 # ---------------------------------------------------------------------------------------------
 # 1. The default run.
@@ -245,27 +195,7 @@ for algorithm in exact-fit randomized-exact-fit; do
 done
 
 # ---------------------------------------------------------------------------------------------
-# 5. Bad input: a non-zero status below 128, nothing on stdout, exactly one line on stderr
-#    ("multipack-bench: error: ..."), containing what is given as the first argument (a
-#    fixed string; empty for none).
-expect_error() {
-  local must_contain=$1
-  shift
-  run "$@"
-  local what="pack $*"
-  [[ $rc -ne 0 ]] || fail "$what: exit status 0, expected an error"
-  [[ $rc -lt 128 ]] || fail "$what: exit status $rc, a crash (signal $((rc - 128)))"
-  [[ ! -s $work/out ]] || fail "$what: failed but wrote on stdout: $(head -c 300 "$work/out")"
-  local lines
-  lines=$(wc -l <"$work/err")
-  [[ -s $work/err && $lines -eq 1 && $(tail -c 1 "$work/err" | od -An -c | tr -d ' ') == '\n' ]] ||
-    fail "$what: expected exactly one line on stderr, got $lines newline(s): $(head -c 500 "$work/err")"
-  local message
-  message=$(cat "$work/err")
-  [[ $message == "multipack-bench: error: "?* ]] || fail "$what: stderr is not 'multipack-bench: error: ...': $message"
-  [[ -z $must_contain || $message == *"$must_contain"* ]] || fail "$what: the error does not mention '$must_contain': $message"
-  ok "$what: exit $rc, one line: ${message#multipack-bench: error: }"
-}
+# 5. Bad input: one-line errors (expect_error, in harness.sh).
 
 printf '5\n12\nabc\n7\n' >"$work/not-integer.txt"
 printf '5\n-3\n7\n' >"$work/negative.txt"
@@ -284,6 +214,8 @@ expect_error "capacity" --capacity -5
 expect_error "capacity" --capacity abc
 expect_error "bogus" --algorithm bogus
 expect_error "bogus" --overlong bogus
+expect_error "'-1'" --seed -1
+expect_error "'99999999999999999999'" --resample 99999999999999999999
 expect_error "--no-such-flag" --no-such-flag
 expect_error "$work/missing" --data "$work/missing"
 expect_error "$work/truncated.idx" --data "$work/truncated"
