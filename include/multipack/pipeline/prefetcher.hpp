@@ -1,0 +1,278 @@
+#pragma once
+// The prefetcher: worker threads build the batches of steps [first, end) ahead of the
+// consumer, into a fixed pool of reusable buffers, and hand them over in step order.
+//
+// - Order: the consumer receives step s before step s + 1, whatever the number of threads.
+//   Workers claim steps in order, each when it holds a free buffer, so at most `depth`
+//   batches exist ahead of the consumer and memory is bounded by depth buffers.
+// - Blocking, not polling: workers wait on the queue of free buffers, the consumer on the
+//   queue of built ones (moodycamel's blocking queues, on semaphores).
+// - No allocation per batch once every buffer and queue block has been used once.
+// - A worker's exception reaches the consumer at the step where it was thrown; the batches
+//   before it are delivered first; the other workers stop claiming steps.
+// - Stopping early: the destructor tells the workers to stop, wakes those waiting for a
+//   buffer, and joins them; a worker building a batch finishes that batch first, so the
+//   destructor returns within one batch's build time.
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "multipack/core/error.hpp"
+#include "multipack/pipeline/detail/blocking_queue.hpp"
+
+namespace multipack {
+
+struct prefetch_options {
+  unsigned threads = 1;   ///< worker threads building batches
+  std::size_t depth = 4;  ///< buffers, hence batches that may exist ahead of the consumer
+};
+
+/// Throws option_error for 0 threads, a depth of 0, or more than 1024 threads. O(1).
+inline void validate(const prefetch_options& options) {
+  if (options.threads == 0) throw option_error("prefetch_options: threads must be at least 1");
+  if (options.threads > 1024)
+    throw option_error("prefetch_options: " + std::to_string(options.threads) + " threads; at most 1024 are supported");
+  if (options.depth == 0) throw option_error("prefetch_options: depth must be at least 1 buffer");
+}
+
+/// What the prefetcher measured so far.
+struct prefetch_statistics {
+  std::uint64_t batches = 0;             ///< batches handed to the consumer
+  double consumer_wait_seconds = 0;      ///< time next() blocked, after the first batch
+  double producer_busy_seconds = 0;      ///< time spent building, summed over the workers
+  double elapsed_seconds = 0;            ///< since construction
+  std::size_t max_ready = 0;             ///< most batches found built ahead of the consumer at a next()
+  double mean_ready = 0;                 ///< their mean over the next() calls
+};
+
+template <class Buffer>
+class prefetcher {
+  struct built {
+    std::uint64_t step = 0;
+    Buffer* buffer = nullptr;
+    std::exception_ptr error;
+  };
+
+ public:
+  /// Builds `buffer` for `step`. Called from the worker threads, several at once (on
+  /// different buffers and steps): it must be safe to call concurrently.
+  using build_function = std::function<void(std::uint64_t step, Buffer& buffer)>;
+
+  /// A built batch, on loan to the consumer until destroyed (or release()d): then its buffer
+  /// goes back to the pool. Must not outlive its prefetcher. Move-only; may be released on
+  /// any thread (a copy engine's callback, say).
+  class lease {
+   public:
+    lease() = default;
+    lease(lease&& other) noexcept
+        : owner_(std::exchange(other.owner_, nullptr)), buffer_(other.buffer_), step_(other.step_) {}
+    lease& operator=(lease&& other) noexcept {
+      if (this != &other) {
+        release();
+        owner_ = std::exchange(other.owner_, nullptr);
+        buffer_ = other.buffer_;
+        step_ = other.step_;
+      }
+      return *this;
+    }
+    lease(const lease&) = delete;
+    lease& operator=(const lease&) = delete;
+    ~lease() { release(); }
+
+    [[nodiscard]] Buffer& operator*() const noexcept { return *buffer_; }
+    [[nodiscard]] Buffer* operator->() const noexcept { return buffer_; }
+    [[nodiscard]] std::uint64_t step() const noexcept { return step_; }
+    [[nodiscard]] explicit operator bool() const noexcept { return owner_ != nullptr; }
+
+    /// Gives the buffer back now. O(1), never throws; idempotent.
+    void release() noexcept {
+      if (owner_ != nullptr) std::exchange(owner_, nullptr)->give_back(buffer_);
+    }
+
+   private:
+    friend class prefetcher;
+    lease(prefetcher* owner, Buffer* buffer, std::uint64_t step) noexcept : owner_(owner), buffer_(buffer), step_(step) {}
+    prefetcher* owner_ = nullptr;
+    Buffer* buffer_ = nullptr;
+    std::uint64_t step_ = 0;
+  };
+
+  /// Makes options.depth buffers with make_buffer() and starts options.threads workers on
+  /// steps [first_step, end_step). Throws option_error for bad options or first_step >
+  /// end_step, whatever make_buffer throws, std::system_error when a thread cannot start
+  /// (the started ones are stopped first). Cost: depth buffers, threads threads.
+  prefetcher(const prefetch_options& options, std::uint64_t first_step, std::uint64_t end_step,
+             const std::function<Buffer()>& make_buffer, build_function build)
+      : build_(std::move(build)),
+        next_step_(first_step),
+        expected_(first_step),
+        end_(end_step),
+        depth_(options.depth),
+        free_(options.depth + options.threads),
+        // Blocks for every worker's first enqueue, allocated now rather than at a batch.
+        ready_(options.depth + 1, options.threads, 1),
+        arrived_(options.depth),
+        start_(clock::now()) {
+    validate(options);
+    if (first_step > end_step)
+      throw option_error("prefetcher: first step " + std::to_string(first_step) + " is after the end, " +
+                         std::to_string(end_step));
+    if (!build_) throw option_error("prefetcher: no build function");
+    buffers_.reserve(depth_);
+    for (std::size_t i = 0; i < depth_; ++i) {
+      buffers_.push_back(std::make_unique<Buffer>(make_buffer()));
+      free_.enqueue(buffers_.back().get());
+    }
+    // An explicit producer per worker, made here rather than by the worker: a worker that
+    // starts late would otherwise allocate it in the middle of the epoch.
+    tokens_.reserve(options.threads);
+    for (unsigned t = 0; t < options.threads; ++t) tokens_.emplace_back(ready_);
+    workers_.reserve(options.threads);
+    try {
+      for (unsigned t = 0; t < options.threads; ++t) workers_.emplace_back([this, t] { work(tokens_[t]); });
+    } catch (...) {
+      stop();
+      throw;
+    }
+  }
+
+  prefetcher(const prefetcher&) = delete;
+  prefetcher& operator=(const prefetcher&) = delete;
+
+  /// Stops and joins the workers (see the header); returns within one batch's build time.
+  /// Every lease must have been released before. Never throws.
+  ~prefetcher() { stop(); }
+
+  /// The next step's batch, in step order; blocks until it is built. std::nullopt once every
+  /// step has been handed out. Rethrows the exception of the worker that failed on this step
+  /// (and again at every later call). Throws option_error when the consumer holds every
+  /// buffer (nothing could ever be built). Consumer thread only: not thread-safe.
+  /// Cost: a queue operation; no allocation once warm.
+  [[nodiscard]] std::optional<lease> next() {
+    if (failure_) std::rethrow_exception(failure_);
+    if (expected_ >= end_) return std::nullopt;
+    if (held_.load(std::memory_order_acquire) == depth_)
+      throw option_error("prefetcher: the consumer holds all " + std::to_string(depth_) +
+                         " buffers; release a batch before asking for the next");
+    built& slot = arrived_[expected_ % depth_];
+    std::size_t ready = slot.buffer != nullptr ? 1 : 0;
+    for (std::size_t k = 1; k < depth_; ++k) ready += arrived_[(expected_ + k) % depth_].buffer != nullptr ? 1 : 0;
+    ready += ready_.size_approx();
+    max_ready_ = std::max(max_ready_, ready);
+    ready_sum_ += static_cast<double>(ready);
+    ++next_calls_;
+    while (slot.buffer == nullptr) {
+      built item;
+      if (delivered_ == 0) {
+        ready_.wait_dequeue(item);
+      } else {
+        const auto start = clock::now();
+        ready_.wait_dequeue(item);
+        wait_ += clock::now() - start;
+      }
+      arrived_[item.step % depth_] = std::move(item);
+    }
+    built item = std::exchange(slot, built{});
+    if (item.error) {
+      // The buffer of the failed build goes back; the failure stays for later calls.
+      free_.enqueue(item.buffer);
+      failure_ = item.error;
+      std::rethrow_exception(failure_);
+    }
+    ++expected_;
+    ++delivered_;
+    held_.fetch_add(1, std::memory_order_acq_rel);
+    return lease(this, item.buffer, item.step);
+  }
+
+  /// Statistics so far. Consumer thread only. O(1).
+  [[nodiscard]] prefetch_statistics statistics() const {
+    prefetch_statistics s;
+    s.batches = delivered_;
+    s.consumer_wait_seconds = std::chrono::duration<double>(wait_).count();
+    s.producer_busy_seconds = static_cast<double>(busy_ns_.load(std::memory_order_relaxed)) * 1e-9;
+    s.elapsed_seconds = std::chrono::duration<double>(clock::now() - start_).count();
+    s.max_ready = max_ready_;
+    s.mean_ready = next_calls_ == 0 ? 0.0 : ready_sum_ / static_cast<double>(next_calls_);
+    return s;
+  }
+
+  [[nodiscard]] std::uint64_t end_step() const noexcept { return end_; }
+  [[nodiscard]] std::size_t depth() const noexcept { return depth_; }
+
+ private:
+  using clock = std::chrono::steady_clock;
+
+  void work(moodycamel::ProducerToken& token) noexcept {
+    for (;;) {
+      Buffer* buffer = nullptr;
+      free_.wait_dequeue(buffer);
+      if (buffer == nullptr || stopping_.load(std::memory_order_acquire)) return;
+      const std::uint64_t step = next_step_.fetch_add(1, std::memory_order_relaxed);
+      if (step >= end_) return;
+      const auto start = clock::now();
+      built item{step, buffer, nullptr};
+      try {
+        build_(step, *buffer);
+      } catch (...) {
+        item.error = std::current_exception();
+        // The steps before this one are claimed already and will be delivered; no later one
+        // is needed.
+        stopping_.store(true, std::memory_order_release);
+      }
+      busy_ns_.fetch_add(
+          static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(clock::now() - start).count()),
+          std::memory_order_relaxed);
+      const bool failed = item.error != nullptr;
+      ready_.enqueue(token, std::move(item));
+      if (failed) return;
+    }
+  }
+
+  void give_back(Buffer* buffer) noexcept {
+    held_.fetch_sub(1, std::memory_order_acq_rel);
+    free_.enqueue(buffer);
+  }
+
+  void stop() noexcept {
+    stopping_.store(true, std::memory_order_release);
+    // One wake-up per worker: each returns at the first thing it dequeues once stopping.
+    for (std::size_t i = 0; i < workers_.size(); ++i) free_.enqueue(nullptr);
+    for (std::thread& worker : workers_)
+      if (worker.joinable()) worker.join();
+  }
+
+  build_function build_;
+  std::atomic<std::uint64_t> next_step_;
+  std::uint64_t expected_;
+  std::uint64_t end_;
+  std::size_t depth_;
+  std::vector<std::unique_ptr<Buffer>> buffers_;
+  detail::blocking_queue<Buffer*> free_;
+  detail::blocking_queue<built> ready_;
+  std::vector<built> arrived_;  // built batches by step % depth, until their turn
+  std::atomic<bool> stopping_{false};
+  std::exception_ptr failure_;
+  std::atomic<std::size_t> held_{0};  // leases not yet released (a lease may be released on any thread)
+  std::uint64_t delivered_ = 0;
+  std::atomic<std::uint64_t> busy_ns_{0};
+  clock::duration wait_{};
+  clock::time_point start_;
+  std::size_t max_ready_ = 0;
+  double ready_sum_ = 0;
+  std::uint64_t next_calls_ = 0;
+  std::vector<moodycamel::ProducerToken> tokens_;
+  std::vector<std::thread> workers_;
+};
+
+}  // namespace multipack
