@@ -20,6 +20,7 @@
 
 #include "multipack/core/concepts.hpp"
 #include "support/expect.hpp"
+#include "support/files.hpp"
 #include "support/paths.hpp"
 
 namespace fs = std::filesystem;
@@ -31,20 +32,10 @@ static_assert(std::ranges::view<unaligned_array_view<std::int64_t>>);
 
 namespace {
 
-using bytes = std::vector<unsigned char>;
+using test::bytes;
 
-bytes read_bytes(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  REQUIRE(in);
-  return bytes(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
-void write_bytes(const fs::path& p, const bytes& b) {
-  std::ofstream out(p, std::ios::binary | std::ios::trunc);
-  REQUIRE(out);
-  out.write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
-  REQUIRE(out);
-}
+using test::read_bytes;
+using test::write_bytes;
 
 fs::path with(const fs::path& prefix, const char* suffix) {
   fs::path p = prefix;

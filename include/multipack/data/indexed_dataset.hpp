@@ -36,6 +36,7 @@
 #include <utility>
 #include <vector>
 
+#include "multipack/core/detail/quote.hpp"
 #include "multipack/core/error.hpp"
 #include "multipack/data/detail/mapped_file.hpp"
 #include "multipack/data/dtype.hpp"
@@ -340,18 +341,6 @@ class indexed_dataset {
     throw format_error(idx_.path().string() + ": byte " + std::to_string(offset) + ": " + what);
   }
 
-  static std::string hex_bytes(const std::byte* p, std::size_t n) {
-    static constexpr char digits[] = "0123456789abcdef";
-    std::string s;
-    for (std::size_t k = 0; k < n; ++k) {
-      const auto b = static_cast<unsigned>(p[k]);
-      if (k) s += ' ';
-      s += digits[b >> 4];
-      s += digits[b & 15];
-    }
-    return s;
-  }
-
   // Checks that `n` bytes at `offset` exist (the header fields, read in order).
   void need(std::uint64_t offset, std::uint64_t n, const char* field) const {
     const std::uint64_t file = idx_.size();
@@ -370,7 +359,7 @@ class indexed_dataset {
     const std::size_t magic_seen = file < 9 ? static_cast<std::size_t>(file) : 9;
     if (magic_seen > 0 && std::memcmp(idx_.data(), detail::megatron_idx_magic, magic_seen) != 0)
       fail(0, "bad magic: expected 4d 4d 49 44 49 44 58 00 00 (\"MMIDIDX\\0\\0\", Megatron "
-              "MMapIndexedDataset), found " + hex_bytes(idx_.data(), magic_seen));
+              "MMapIndexedDataset), found " + detail::hex_bytes(idx_.data(), magic_seen));
     need(0, 9, "magic");
     need(9, 8, "version");
     const auto version = load<std::uint64_t>(9);

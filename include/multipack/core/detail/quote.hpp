@@ -1,7 +1,9 @@
 #pragma once
-// Quoting untrusted text (a line of a file, an environment variable) inside an error message.
+// Quoting untrusted text (a line of a file, an environment variable) or bytes inside an error
+// message.
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -26,6 +28,20 @@ namespace multipack::detail {
   }
   q += s.size() > max_chars ? "'..." : "'";
   return q;
+}
+
+/// `n` bytes as space-separated hex pairs ("4d 4d 49 44"), for messages about binary headers.
+/// O(n), throws only std::bad_alloc.
+[[nodiscard]] inline std::string hex_bytes(const std::byte* p, std::size_t n) {
+  static constexpr char digits[] = "0123456789abcdef";
+  std::string s;
+  for (std::size_t k = 0; k < n; ++k) {
+    const auto b = static_cast<unsigned>(p[k]);
+    if (k) s += ' ';
+    s += digits[b >> 4];
+    s += digits[b & 15];
+  }
+  return s;
 }
 
 }  // namespace multipack::detail
