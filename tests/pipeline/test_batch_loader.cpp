@@ -1,0 +1,180 @@
+// The batch loader on the real data: every rank's batches are the plan's rows collated, the
+// same bytes with any number of threads; a resumed loader gives exactly the tail; a dataset
+// that fails at sample k fails the batch that holds k, after every earlier batch; bad ranks,
+// starts and masks are errors before any thread starts.
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "multipack/batch/collate.hpp"
+#include "multipack/data/indexed_dataset.hpp"
+#include "multipack/data/length_list.hpp"
+#include "multipack/data/loss_mask.hpp"
+#include "multipack/pipeline/batch_loader.hpp"
+#include "multipack/schedule/plan.hpp"
+#include "support/expect.hpp"
+#include "support/paths.hpp"
+
+using namespace multipack;
+
+namespace {
+
+std::shared_ptr<const indexed_dataset> alpaca() { return std::make_shared<const indexed_dataset>(test::alpaca_prefix()); }
+
+std::shared_ptr<const epoch_plan> alpaca_plan(std::uint32_t world, std::uint32_t micro_batch, std::uint32_t capacity) {
+  const auto lengths = read_length_list(test::source_dir() / "data/alpaca/lengths.txt");
+  return std::make_shared<const epoch_plan>(plan_epoch(lengths, {capacity, packing_algorithm::randomized_exact_fit},
+                                                       {world, micro_batch, 3, 1}));
+}
+
+/// Everything a batch holds, flattened, for comparisons.
+template <class T>
+std::vector<std::int64_t> contents(const batch_view<T>& b) {
+  std::vector<std::int64_t> all{b.rows, b.row_length, b.segments, b.max_seqlen, b.padding_rows,
+                                static_cast<std::int64_t>(b.real_tokens), static_cast<std::int64_t>(b.loss_tokens)};
+  for (const auto span : {b.used_input_ids(), b.used_labels(), b.used_position_ids(), b.used_sequence_ids()})
+    all.insert(all.end(), span.begin(), span.end());
+  const auto cu = b.used_cu_seqlens();
+  all.insert(all.end(), cu.begin(), cu.end());
+  return all;
+}
+
+/// The batch of (step, rank) collated directly, on this thread: the reference.
+template <class T>
+std::vector<std::int64_t> reference(const indexed_dataset& dataset, const epoch_plan& plan, std::uint64_t step,
+                                    std::uint32_t rank, const batch_options& options) {
+  batch_buffers<T> storage(layout_of(plan, options.pad_to_multiple));
+  batch_view<T> view = storage.view();
+  std::vector<std::span<const piece>> rows;
+  for (std::uint32_t slot = 0; slot < plan.schedule.micro_batch(); ++slot) rows.push_back(plan.pieces(step, rank, slot));
+  collate(dataset, std::span<const std::span<const piece>>(rows), options.mask, options.collate, view);
+  return contents(view);
+}
+
+/// A dataset whose reads of one sample fail, as a disk error would.
+struct failing_dataset {
+  std::shared_ptr<const indexed_dataset> inner;
+  std::size_t failing;
+  [[nodiscard]] std::size_t size() const { return inner->size(); }
+  [[nodiscard]] std::uint64_t length(std::size_t i) const { return inner->length(i); }
+  template <class Out>
+  void read_tokens(std::size_t i, std::uint64_t first, std::span<Out> out) const {
+    if (i == failing) throw io_error("read of sample " + std::to_string(i) + " failed");
+    inner->read_tokens(i, first, out);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("every rank's batches are the plan's rows collated, whatever the threads") {
+  const auto dataset = alpaca();
+  const auto plan = alpaca_plan(3, 4, 2048);
+  batch_options options;
+  options.mask = loss_mask::open_prompt_lengths(test::source_dir() / "data/alpaca/prompt_lengths.txt");
+  options.pad_to_multiple = 64;
+  for (std::uint32_t rank = 0; rank < 3; ++rank) {
+    std::vector<std::vector<std::int64_t>> expected;
+    for (std::uint64_t step = 0; step < plan->schedule.steps(); ++step)
+      expected.push_back(reference<std::int32_t>(*dataset, *plan, step, rank, options));
+    for (const unsigned threads : {1U, 2U, 4U}) {
+      CAPTURE(rank);
+      CAPTURE(threads);
+      batch_loader<indexed_dataset> loader(dataset, plan, rank, options, {threads, 3});
+      std::uint64_t step = 0;
+      while (auto batch = loader.next()) {
+        REQUIRE((*batch)->step == step);
+        REQUIRE((*batch)->rank == rank);
+        REQUIRE(contents((*batch)->view) == expected[step]);
+        ++step;
+      }
+      CHECK(step == plan->schedule.steps());
+      CHECK(loader.statistics().batches == step);
+    }
+  }
+}
+
+TEST_CASE("a loader started at step k gives exactly the tail of a full run, in int64 too") {
+  const auto dataset = alpaca();
+  const auto plan = alpaca_plan(2, 8, 4096);
+  const std::uint64_t steps = plan->schedule.steps();
+  for (const std::uint64_t start : {std::uint64_t{1}, steps / 2, steps - 1, steps}) {
+    CAPTURE(start);
+    batch_loader<indexed_dataset, std::int64_t> loader(dataset, plan, 1, {}, {2, 4}, start);
+    std::uint64_t step = start;
+    while (auto batch = loader.next()) {
+      REQUIRE((*batch)->step == step);
+      REQUIRE(contents((*batch)->view) == reference<std::int64_t>(*dataset, *plan, step, 1, {}));
+      ++step;
+    }
+    CHECK(step == steps);
+  }
+}
+
+TEST_CASE("a read that fails at sample k fails the batch holding k, after every earlier batch") {
+  const auto plan = alpaca_plan(2, 4, 2048);
+  for (const std::uint64_t failing_step : {std::uint64_t{0}, std::uint64_t{5}, plan->schedule.steps() - 1}) {
+    // A sample of rank 0's batch at failing_step that no earlier batch of rank 0 holds.
+    std::optional<std::uint32_t> sample;
+    for (std::uint32_t slot = 0; slot < 4 && !sample; ++slot)
+      for (const piece& p : plan->pieces(failing_step, 0, slot)) {
+        bool earlier = false;
+        for (std::uint64_t s = 0; s < failing_step && !earlier; ++s)
+          for (std::uint32_t t = 0; t < 4 && !earlier; ++t)
+            for (const piece& q : plan->pieces(s, 0, t)) earlier = earlier || q.sample == p.sample;
+        if (!earlier) {
+          sample = p.sample;
+          break;
+        }
+      }
+    REQUIRE(sample);
+    CAPTURE(failing_step);
+    for (const unsigned threads : {1U, 3U}) {
+      const auto dataset = std::make_shared<const failing_dataset>(failing_dataset{alpaca(), *sample});
+      batch_loader<failing_dataset> loader(dataset, plan, 0, {}, {threads, 4});
+      std::uint64_t delivered = 0;
+      const std::string message = test::message_of<io_error>([&] {
+        while (auto batch = loader.next()) {
+          REQUIRE((*batch)->step == delivered);
+          ++delivered;
+        }
+      });
+      CHECK(delivered == failing_step);
+      CHECK(message == "read of sample " + std::to_string(*sample) + " failed");
+    }
+  }
+}
+
+TEST_CASE("stopping a loader mid-epoch with workers blocked returns") {
+  const auto dataset = alpaca();
+  const auto plan = alpaca_plan(1, 2, 1024);
+  for (int cycle = 0; cycle < 50; ++cycle) {
+    batch_loader<indexed_dataset> loader(dataset, plan, 0, {}, {static_cast<unsigned>(1 + cycle % 4), 2});
+    for (int i = 0; i < cycle % 5; ++i) REQUIRE(loader.next());
+  }
+}
+
+TEST_CASE("bad ranks, starts and masks are errors before any thread starts") {
+  const auto dataset = alpaca();
+  const auto plan = alpaca_plan(2, 4, 2048);
+  CHECK(test::contains(test::message_of<option_error>([&] { batch_loader<indexed_dataset> l(dataset, plan, 2, {}, {}); }),
+                       "rank 2 is outside the world of 2"));
+  CHECK(test::contains(
+      test::message_of<option_error>([&] { batch_loader<indexed_dataset> l(dataset, plan, 0, {}, {}, plan->schedule.steps() + 1); }),
+      "past the end"));
+  batch_options short_mask;
+  short_mask.mask = loss_mask::from_prompt_lengths(std::vector<std::uint32_t>(10, 1), "ten prompts");
+  CHECK(test::contains(test::message_of<format_error>([&] { batch_loader<indexed_dataset> l(dataset, plan, 0, short_mask, {}); }),
+                       "ten prompts"));
+  // A plan made for another dataset (more samples than this one has).
+  const auto other = std::make_shared<const epoch_plan>(plan_epoch(std::vector<std::uint32_t>(6000, 5), {2048}, {1, 1}));
+  CHECK(test::contains(test::message_of<sample_error>([&] { batch_loader<indexed_dataset> l(dataset, other, 0, {}, {}); }),
+                       "does not have"));
+}
