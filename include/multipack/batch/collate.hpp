@@ -130,18 +130,6 @@ void write_positions(T* out, std::size_t n) noexcept {
   for (std::size_t k = 0; k < n; ++k) out[k] = static_cast<T>(k);
 }
 
-/// labels = input_ids, position_ids = 0, 1, 2, ..., sequence_ids = sequence, for the n
-/// tokens of one piece: one loop over three output streams. Vectorises.
-template <class T>
-void write_piece_arrays(const T* input_ids, T* labels, T* position_ids, T* sequence_ids, std::size_t n,
-                        T sequence) noexcept {
-  for (std::size_t k = 0; k < n; ++k) {
-    labels[k] = input_ids[k];
-    position_ids[k] = static_cast<T>(k);
-    sequence_ids[k] = sequence;
-  }
-}
-
 /// How many of values[0, n) differ from `ignore`; n < 2^31 (a row). Branch-free on T's
 /// unsigned width (y = x ^ ignore is nonzero iff x differs; (y | -y) has its top bit set
 /// iff y is nonzero), so that the loop vectorises with baseline SSE2 for int64 too, which
@@ -157,6 +145,27 @@ std::uint64_t count_not_equal(const T* values, std::size_t n, T ignore) noexcept
   }
   return count;
 }
+
+/// For tokens [0, n) of one piece: labels = ignore before `first_label`, input_ids from it;
+/// position_ids = 0, 1, 2, ...; sequence_ids = sequence. Two loops over the output streams
+/// (the ignored labels are never copied first). Returns how many labels differ from ignore,
+/// counted as they are written. Vectorises.
+template <class T>
+std::uint64_t write_piece_arrays(const T* input_ids, T* labels, T* position_ids, T* sequence_ids, std::size_t n,
+                                 std::size_t first_label, T ignore, T sequence) noexcept {
+  for (std::size_t k = 0; k < first_label; ++k) {
+    labels[k] = ignore;
+    position_ids[k] = static_cast<T>(k);
+    sequence_ids[k] = sequence;
+  }
+  for (std::size_t k = first_label; k < n; ++k) {
+    labels[k] = input_ids[k];
+    position_ids[k] = static_cast<T>(k);
+    sequence_ids[k] = sequence;
+  }
+  return first_label < n ? count_not_equal(labels + first_label, n - first_label, ignore) : 0;
+}
+
 
 }  // namespace detail
 
@@ -204,6 +213,8 @@ void collate(const D& dataset, std::span<const std::span<const piece>> rows, con
     longest = std::max(longest, detail::checked_row_tokens(dataset, rows[r], r, layout));
   const std::uint32_t length = layout.row_length(longest);
   const bool apply_mask = !mask.empty() && !options.train_on_inputs;
+  // Prompt-length masks: the ignored prefix of each piece is written once, never copied.
+  const bool prompt_mask = apply_mask && !mask.is_token_mask();
 
   std::int32_t* cu = out.cu_seqlens.data();
   std::int32_t offset = 0;
@@ -229,11 +240,19 @@ void collate(const D& dataset, std::span<const std::span<const piece>> rows, con
       const std::size_t n = p.length();
       T* const piece_labels = labels + tokens;
       dataset.read_tokens(p.sample, p.begin, std::span<T>(input_ids + tokens, n));
-      detail::write_piece_arrays(input_ids + tokens, piece_labels, position_ids + tokens, sequence_ids + tokens, n,
-                                 ++sequence);
-      if (apply_mask) mask.mask_labels(p.sample, p.begin, std::span<T>(piece_labels, n), ignore);
-      piece_labels[0] = ignore;
-      loss_tokens += detail::count_not_equal(piece_labels, n, ignore);
+      std::size_t first_label = 1;  // the piece's first token is never a target
+      if (prompt_mask) {
+        const std::uint32_t prompt = mask.prompt_length(p.sample);
+        if (prompt > p.begin) first_label = std::max<std::size_t>(first_label, std::min<std::size_t>(n, prompt - p.begin));
+      }
+      const std::uint64_t targets = detail::write_piece_arrays(input_ids + tokens, piece_labels, position_ids + tokens,
+                                                               sequence_ids + tokens, n, first_label, ignore, ++sequence);
+      if (apply_mask && !prompt_mask) {
+        mask.mask_labels(p.sample, p.begin, std::span<T>(piece_labels, n), ignore);
+        loss_tokens += detail::count_not_equal(piece_labels, n, ignore);
+      } else {
+        loss_tokens += targets;
+      }
       tokens += n;
     }
     // The row's padding: one segment.
