@@ -1,4 +1,4 @@
-// multipack-bench: measures multipack on real data. Subcommands: pack, plan.
+// multipack-bench: measures multipack on real data. Subcommands: pack, plan, load.
 // Errors end with one line on standard error and a non-zero exit status.
 
 #include <cstdio>
@@ -8,6 +8,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "command/load_command.hpp"
 #include "command/pack_command.hpp"
 #include "command/plan_command.hpp"
 
@@ -21,6 +22,9 @@ int main(int argc, char** argv) {
   multipack::bench::plan_command_options plan_options;
   plan_options.packing.source.data = MULTIPACK_DEFAULT_DATA;
   multipack::bench::add_plan_command(app, plan_options, action);
+  multipack::bench::load_command_options load_options;
+  load_options.packing.source.data = MULTIPACK_DEFAULT_DATA;
+  multipack::bench::add_load_command(app, load_options, action);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
