@@ -166,6 +166,29 @@ inline void append_pieces(fmt::memory_buffer& out, std::span<const piece> pieces
   }
 }
 
+/// A dataset seen `copies` times over, sample i being sample i % size() of the original: for
+/// benchmarks that need longer epochs than the embedded data gives. Satisfies token_dataset.
+template <class D>
+class repeated_dataset {
+ public:
+  repeated_dataset(std::shared_ptr<const D> inner, std::uint64_t copies)
+      : inner_(std::move(inner)), samples_(inner_->size()), copies_(copies) {
+    if (copies_ == 0) throw option_error("--repeat-data: the data must be seen at least once");
+  }
+  [[nodiscard]] std::size_t size() const noexcept { return samples_ * copies_; }
+  [[nodiscard]] std::uint64_t length(std::size_t i) const { return inner_->length(i % samples_); }
+  template <class Out>
+  void read_tokens(std::size_t i, std::uint64_t first, std::span<Out> out) const {
+    inner_->read_tokens(i % samples_, first, out);
+  }
+  [[nodiscard]] const D& original() const noexcept { return *inner_; }
+
+ private:
+  std::shared_ptr<const D> inner_;
+  std::size_t samples_;
+  std::uint64_t copies_;
+};
+
 /// Where lengths come from: an indexed dataset (--data) or a text list (--lengths), optionally
 /// resampled with replacement to N samples (--resample, a fixed seed) for scale benchmarks.
 struct length_source {

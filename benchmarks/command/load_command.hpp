@@ -77,6 +77,7 @@ struct load_command_options {
   std::string dump_batches;
   std::uint64_t dump_count = 4;
   std::uint64_t memcpy_buffer_mib = 0;  // 0: twice the last-level cache, within [64, 256] MiB
+  std::uint64_t repeat_data = 1;
 };
 
 /// Accepts digits only, from 1 to 2^64 - 1.
@@ -273,11 +274,12 @@ int run_load(const load_command_options& o) {
     throw option_error(fmt::format("--epoch {} --epochs {}: the last epoch is past 2^64 - 1", o.epoch, o.epochs));
 
   // The dataset, opened once and shared by every epoch's loader; its lengths as `plan` reads them.
-  std::shared_ptr<const indexed_dataset> dataset;
+  std::shared_ptr<const repeated_dataset<indexed_dataset>> dataset;
   std::vector<std::uint32_t> lengths;
   {
     progress p("reading " + o.packing.source.data);
-    dataset = std::make_shared<const indexed_dataset>(o.packing.source.data);
+    dataset = std::make_shared<const repeated_dataset<indexed_dataset>>(
+        std::make_shared<const indexed_dataset>(o.packing.source.data), o.repeat_data);
     lengths.resize(dataset->size());
     for (std::size_t i = 0; i < dataset->size(); ++i) {
       const std::uint64_t length = dataset->length(i);
@@ -292,7 +294,12 @@ int run_load(const load_command_options& o) {
   batching.collate.train_on_inputs = o.train_on_inputs;
   if (!o.prompt_lengths.empty()) {
     batching.mask = loss_mask::open_prompt_lengths(o.prompt_lengths);
-    batching.mask.check_matches(*dataset);
+    batching.mask.check_matches(dataset->original());
+    if (o.repeat_data > 1) {
+      std::vector<std::uint32_t> prompts(dataset->size());
+      for (std::size_t i = 0; i < prompts.size(); ++i) prompts[i] = batching.mask.prompt_length(i % dataset->original().size());
+      batching.mask = loss_mask::from_prompt_lengths(std::move(prompts), o.prompt_lengths);
+    }
   }
 
   const auto plan_for = [&](std::uint64_t epoch) {
@@ -331,7 +338,7 @@ int run_load(const load_command_options& o) {
   // Between epochs the trainer waits while the last epoch's loader stops, the next epoch is
   // planned and its loader starts (its buffers allocated): counted as waiting, and apart as
   // epoch_switch_seconds.
-  using loader_type = batch_loader<indexed_dataset, T>;
+  using loader_type = batch_loader<repeated_dataset<indexed_dataset>, T>;
   const auto step = std::chrono::duration_cast<clock::duration>(std::chrono::duration<double, std::milli>(o.step_ms));
   const std::uint64_t limit = o.max_steps == 0 ? std::numeric_limits<std::uint64_t>::max() : o.max_steps;
   {
@@ -562,6 +569,10 @@ inline void add_load_command(CLI::App& app, load_command_options& o, std::functi
   command->add_option("--dump-batches", o.dump_batches,
                       "write the first batches to DIR as .npy: step{S:06}_rank{R}_{array}.npy "
                       "(epoch{E}_step... with --epochs > 1)");
+  command->add_option("--repeat-data", o.repeat_data,
+                      "see the data N times over in each epoch (longer epochs for steady-state figures)")
+      ->capture_default_str()
+      ->check(positive_integer);
   command->add_option("--dump-count", o.dump_count, "batches --dump-batches writes")->capture_default_str()
       ->check(non_negative_integer);
   command->callback([&o, &action, refused] {

@@ -487,6 +487,25 @@ for word in batches tokens memcpy waited busy; do
 done
 ok "the human report exits 0 and mentions batches, tokens, memcpy, waited, busy"
 
+# --repeat-data N: the data seen N times over; the steps are those of a plan of the lengths
+# repeated N times.
+for copies in 1 2 3; do
+  : >"$work/repeated.txt"
+  for ((k = 0; k < copies; k++)); do cat "$lengths_txt" >>"$work/repeated.txt"; done
+  "$bench" plan --lengths "$work/repeated.txt" --world-size 2 --micro-batch 4 --capacity 2048 --json >"$work/plan.json" ||
+    fail "plan --lengths repeated.txt failed"
+  expect_success --repeat-data "$copies" --world-size 2 --rank 1 --micro-batch 4 --capacity 2048 --json \
+    --prompt-lengths "$source_dir/data/alpaca/prompt_lengths.txt"
+  "$python" -c '
+import json, sys
+plan, load = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+if load["batches"] != plan["steps"]:
+    sys.exit("--repeat-data %s: %d batches, the plan of the repeated lengths has %d steps"
+             % (sys.argv[3], load["batches"], plan["steps"]))
+' "$work/plan.json" "$work/out" "$copies" || fail "--repeat-data $copies"
+done
+ok "--repeat-data 1, 2, 3: as many batches as the plan of the lengths repeated has steps"
+
 # ---------------------------------------------------------------------------------------------
 # 5. Bad input: one-line errors (expect_error, in harness.sh).
 printf '5\n7\n9\n' >"$work/three.txt"
@@ -511,6 +530,7 @@ expect_error "--start-step $steps" "${common[@]}" --start-step "$steps"
 expect_error "bogus" --remainder bogus
 expect_error "bogus" --algorithm bogus
 expect_error "capacity" --capacity 0
+expect_error "--repeat-data" --repeat-data 0
 expect_error "--depth 1000000000" --depth 1000000000
 expect_error "$work/a-file/batches" --dump-batches "$work/a-file/batches"
 
