@@ -23,6 +23,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "multipack/core/concepts.hpp"
 #include "multipack/core/error.hpp"
 #include "multipack/core/piece.hpp"
 
@@ -180,6 +181,11 @@ class repeated_dataset {
   template <class Out>
   void read_tokens(std::size_t i, std::uint64_t first, std::span<Out> out) const {
     inner_->read_tokens(i % samples_, first, out);
+  }
+  void prefetch_tokens(std::size_t i, std::uint64_t first, std::uint64_t count) const noexcept
+    requires prefetching_dataset<D>
+  {
+    inner_->prefetch_tokens(i % samples_, first, count);
   }
   [[nodiscard]] const D& original() const noexcept { return *inner_; }
 

@@ -223,7 +223,16 @@ void collate(const D& dataset, std::span<const std::span<const piece>> rows, con
   std::uint32_t padding_rows = 0;
   std::uint64_t real_tokens = 0;
   std::uint64_t loss_tokens = 0;
+  // Pieces sit at random places of the dataset: ask for the next row's tokens while this one
+  // is written, so that reading them does not wait on memory.
+  auto prefetch_row = [&](std::size_t r) {
+    if constexpr (prefetching_dataset<D>)
+      if (r < rows.size())
+        for (const piece& p : rows[r]) dataset.prefetch_tokens(p.sample, p.begin, p.length());
+  };
+  prefetch_row(0);
   for (std::size_t r = 0; r < rows.size(); ++r) {
+    prefetch_row(r + 1);
     const std::span<const piece> row = rows[r];
     const std::size_t row_start = r * length;
     T* const input_ids = out.input_ids.data() + row_start;

@@ -25,4 +25,11 @@ concept token_dataset = requires(const D& d, std::size_t i, std::uint64_t first,
   d.read_tokens(i, first, out64);
 };
 
+/// A dataset that can be asked to bring tokens into the cache ahead of a read:
+/// prefetch_tokens(i, first, count), a hint that never throws.
+template <class D>
+concept prefetching_dataset = requires(const D& d, std::size_t i, std::uint64_t first, std::uint64_t count) {
+  { d.prefetch_tokens(i, first, count) } noexcept;
+};
+
 }  // namespace multipack
