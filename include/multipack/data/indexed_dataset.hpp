@@ -258,8 +258,8 @@ class indexed_dataset {
     count = std::min(count, length - first);
     const std::size_t width = dtype_size(dtype_);
     const std::byte* begin = bin_.data() + raw_pointer(i) + first * width;
-    const std::byte* end = begin + count * width;
-    for (const std::byte* line = begin; line < end; line += 64) __builtin_prefetch(line);
+    const std::uint64_t bytes = count * width;
+    for (std::uint64_t offset = 0; offset < bytes; offset += 64) __builtin_prefetch(begin + offset);
   }
 
   /// Whether the .idx carries Megatron core's per-sample modes (multimodal datasets).
