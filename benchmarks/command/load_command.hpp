@@ -35,7 +35,6 @@
 #include <thread>
 #include <vector>
 
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -47,6 +46,7 @@
 #include "command/pack_command.hpp"
 #include "multipack/batch/collate.hpp"
 #include "multipack/batch/layout.hpp"
+#include "multipack/core/detail/huge_page_allocator.hpp"
 #include "multipack/data/indexed_dataset.hpp"
 #include "multipack/data/loss_mask.hpp"
 #include "multipack/pipeline/batch_loader.hpp"
@@ -107,12 +107,6 @@ inline const CLI::Validator step_milliseconds(
 
 namespace detail {
 
-/// The bytes of the used parts of a batch's five arrays (what a copy to the device moves).
-template <batch_token T>
-std::uint64_t used_bytes(const batch_view<T>& v) {
-  return 4 * std::uint64_t{v.flat_length()} * sizeof(T) + std::uint64_t{v.used_cu_seqlens().size()} * sizeof(std::int32_t);
-}
-
 /// Writes the six arrays of one batch as DIR/STEM_{array}.npy.
 template <batch_token T>
 void dump_batch(const std::filesystem::path& dir, const std::string& stem, const batch_view<T>& v) {
@@ -149,26 +143,6 @@ inline std::uint64_t physical_memory_bytes() {
   return pages > 0 && page > 0 ? static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(page) : 0;
 }
 
-/// Anonymous memory of `size` bytes, asked for in huge pages (first touch is far cheaper in
-/// 2 MiB pages, especially in a virtual machine). Unmapped when destroyed.
-class mapped_buffer {
- public:
-  explicit mapped_buffer(std::size_t size) : size_(size) {
-    void* p = ::mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) throw std::bad_alloc();
-    data_ = static_cast<std::byte*>(p);
-    (void)::madvise(p, size_, MADV_HUGEPAGE);  // a hint; without it the copy is the same
-  }
-  mapped_buffer(const mapped_buffer&) = delete;
-  mapped_buffer& operator=(const mapped_buffer&) = delete;
-  ~mapped_buffer() { ::munmap(data_, size_); }
-  [[nodiscard]] std::byte* data() const noexcept { return data_; }
-
- private:
-  std::size_t size_;
-  std::byte* data_ = nullptr;
-};
-
 /// Two buffers larger than the last-level cache, touched once, between which the floor copies.
 class memcpy_floor {
  public:
@@ -180,11 +154,8 @@ class memcpy_floor {
   memcpy_floor(std::size_t block, unsigned threads, std::uint64_t requested)
       : block_(std::max<std::size_t>(block, 64)),
         size_(buffer_size(block_, threads, requested)),
-        source_(size_),
-        target_(size_) {
-    std::memset(source_.data(), 0x5a, size_);
-    std::memset(target_.data(), 0, size_);
-  }
+        source_(size_, std::byte{0x5a}),
+        target_(size_) {}
 
   [[nodiscard]] std::size_t buffer_bytes() const noexcept { return size_; }
 
@@ -234,8 +205,10 @@ class memcpy_floor {
 
   std::size_t block_;
   std::size_t size_;
-  mapped_buffer source_;
-  mapped_buffer target_;
+  // Huge pages where the system has them: first touch is far cheaper in 2 MiB pages,
+  // especially in a virtual machine. Both are filled (touched) when made.
+  multipack::detail::large_vector<std::byte> source_;
+  multipack::detail::large_vector<std::byte> target_;
 };
 
 }  // namespace detail
@@ -369,7 +342,7 @@ int run_load(const load_command_options& o) {
         t.real_tokens += v.real_tokens;
         t.loss_tokens += v.loss_tokens;
         t.padding_rows += v.padding_rows;
-        t.output_bytes += detail::used_bytes(v);
+        t.output_bytes += v.used_bytes();
         deadline += got - asked;
         if (t.dumped < o.dump_count && !o.dump_batches.empty()) {
           const auto dump_start = clock::now();

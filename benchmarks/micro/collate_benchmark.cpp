@@ -73,11 +73,6 @@ const collate_case& case_for(std::uint32_t capacity, std::uint32_t micro_batch) 
 }
 
 template <class T>
-std::uint64_t used_bytes(const multipack::batch_view<T>& v) {
-  return 4 * std::uint64_t{v.flat_length()} * sizeof(T) + std::uint64_t{v.used_cu_seqlens().size()} * sizeof(std::int32_t);
-}
-
-template <class T>
 void collate_batch(benchmark::State& state) {
   const collate_case& c = case_for(static_cast<std::uint32_t>(state.range(0)), static_cast<std::uint32_t>(state.range(1)));
   multipack::batch_buffers<T> buffers(c.layout);
@@ -89,7 +84,7 @@ void collate_batch(benchmark::State& state) {
     const auto& rows = c.batches[next];
     next = next + 1 == c.batches.size() ? 0 : next + 1;
     multipack::collate(*c.dataset, std::span<const std::span<const multipack::piece>>(rows), c.mask, options, view);
-    bytes += used_bytes(view);
+    bytes += view.used_bytes();
     benchmark::DoNotOptimize(view.input_ids.data());
     benchmark::ClobberMemory();
   }
@@ -110,7 +105,7 @@ void memcpy_batch(benchmark::State& state) {
     for (const auto& rows : c.batches) {
       multipack::collate(*c.dataset, std::span<const std::span<const multipack::piece>>(rows), c.mask,
                          multipack::collate_options{}, view);
-      sizes.push_back(used_bytes(view));
+      sizes.push_back(view.used_bytes());
     }
   }
   const std::size_t size = c.layout.bytes<T>();

@@ -122,6 +122,10 @@ struct batch_view {
 
   /// Elements used in each token array: rows x row_length (== cu_seqlens[segments]). O(1).
   [[nodiscard]] std::size_t flat_length() const noexcept { return std::size_t{rows} * row_length; }
+  /// Bytes of the used parts of the five arrays: what a copy of this batch has to move.
+  [[nodiscard]] std::uint64_t used_bytes() const noexcept {
+    return 4 * std::uint64_t{flat_length()} * sizeof(T) + std::uint64_t{used_cu_seqlens().size()} * sizeof(std::int32_t);
+  }
   /// The used part of each array. O(1), never throws.
   [[nodiscard]] std::span<T> used_input_ids() const noexcept { return input_ids.first(flat_length()); }
   [[nodiscard]] std::span<T> used_labels() const noexcept { return labels.first(flat_length()); }
