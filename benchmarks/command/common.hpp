@@ -195,6 +195,27 @@ class repeated_dataset {
   std::uint64_t copies_;
 };
 
+/// The lengths of a dataset's samples, as the packer takes them; `name` is what errors call it.
+/// Throws format_error naming the sample for one of 2^32 tokens or more.
+template <class D>
+std::vector<std::uint32_t> lengths_of(const D& dataset, const std::string& name) {
+  std::vector<std::uint32_t> lengths(dataset.size());
+  for (std::size_t i = 0; i < lengths.size(); ++i) {
+    const std::uint64_t length = dataset.length(i);
+    if (length > UINT32_MAX)
+      throw format_error(fmt::format("{}: sample {} has {} tokens; at most 2^32 - 1 are supported", name, i, length));
+    lengths[i] = static_cast<std::uint32_t>(length);
+  }
+  return lengths;
+}
+
+/// Throws option_error unless `start_step` is a step of an epoch of `steps` steps.
+inline void check_start_step(std::uint64_t start_step, std::uint64_t steps) {
+  if (start_step >= steps)
+    throw option_error(fmt::format("--start-step {} is past the end of the epoch ({} steps, numbered from 0)",
+                                   start_step, steps));
+}
+
 /// Where lengths come from: an indexed dataset (--data) or a text list (--lengths), optionally
 /// resampled with replacement to N samples (--resample, a fixed seed) for scale benchmarks.
 struct length_source {
@@ -216,14 +237,7 @@ struct length_source {
       if (!lengths_file.empty()) {
         lengths = read_length_list(lengths_file);
       } else {
-        const indexed_dataset dataset(data);
-        lengths.resize(dataset.size());
-        for (std::size_t i = 0; i < dataset.size(); ++i) {
-          const std::uint64_t length = dataset.length(i);
-          if (length > UINT32_MAX)
-            throw format_error(fmt::format("{}: sample {} has {} tokens; at most 2^32 - 1 are supported", data, i, length));
-          lengths[i] = static_cast<std::uint32_t>(length);
-        }
+        lengths = lengths_of(indexed_dataset(data), data);
       }
     }
     if (resample == 0) return lengths;

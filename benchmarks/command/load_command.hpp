@@ -253,14 +253,7 @@ int run_load(const load_command_options& o) {
     progress p("reading " + o.packing.source.data);
     dataset = std::make_shared<const repeated_dataset<indexed_dataset>>(
         std::make_shared<const indexed_dataset>(o.packing.source.data), o.repeat_data);
-    lengths.resize(dataset->size());
-    for (std::size_t i = 0; i < dataset->size(); ++i) {
-      const std::uint64_t length = dataset->length(i);
-      if (length > UINT32_MAX)
-        throw format_error(fmt::format("{}: sample {} has {} tokens; at most 2^32 - 1 are supported",
-                                       o.packing.source.data, i, length));
-      lengths[i] = static_cast<std::uint32_t>(length);
-    }
+    lengths = lengths_of(*dataset, o.packing.source.data);
   }
   batch_options batching;
   batching.pad_to_multiple = o.pad_to_multiple;
@@ -289,9 +282,7 @@ int run_load(const load_command_options& o) {
     t.first_plan_seconds = seconds_since(start);
   }
   const std::uint64_t first_steps = first_plan->schedule.steps();
-  if (o.start_step >= first_steps)
-    throw option_error(fmt::format("--start-step {} is past the end of the epoch ({} steps, numbered from 0)",
-                                   o.start_step, first_steps));
+  check_start_step(o.start_step, first_steps);
   const batch_layout first_layout = layout_of(*first_plan, o.pad_to_multiple);
   validate(first_layout);
   const std::uint64_t batch_bytes = first_layout.bytes<T>();

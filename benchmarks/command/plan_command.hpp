@@ -98,9 +98,7 @@ inline int run_plan_command(const plan_command_options& o) {
   const double floor_seconds = seconds_since(floor_start);
   do_not_optimize(total_cost);
   const epoch_schedule& s = plan.schedule;
-  if (o.start_step >= s.steps())
-    throw option_error(fmt::format("--start-step {} is past the end of the epoch ({} steps, numbered from 0)",
-                                   o.start_step, s.steps()));
+  check_start_step(o.start_step, s.steps());
   if (!o.dump_plan.empty()) {
     progress p("writing " + o.dump_plan);
     write_plan(o.dump_plan, plan, o.start_step, lengths);
