@@ -7,7 +7,10 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <atomic>
+#include <cstddef>
 #include <memory>
+#include <memory_resource>
 #include <optional>
 #include <span>
 #include <stdexcept>
@@ -72,7 +75,56 @@ struct failing_dataset {
   }
 };
 
+/// A memory resource that counts what it hands out and checks what comes back.
+class counting_resource : public std::pmr::memory_resource {
+ public:
+  std::atomic<int> allocations{0};
+  std::atomic<int> live{0};
+  std::atomic<int> mismatches{0};
+  std::size_t expected_bytes = 0;
+
+ private:
+  void* do_allocate(std::size_t bytes, std::size_t alignment) override {
+    ++allocations;
+    ++live;
+    if (bytes != expected_bytes) ++mismatches;
+    return std::pmr::new_delete_resource()->allocate(bytes, alignment);
+  }
+  void do_deallocate(void* p, std::size_t bytes, std::size_t alignment) override {
+    --live;
+    std::pmr::new_delete_resource()->deallocate(p, bytes, alignment);
+  }
+  [[nodiscard]] bool do_is_equal(const std::pmr::memory_resource& other) const noexcept override { return this == &other; }
+};
+
 }  // namespace
+
+TEST_CASE("buffers come from the caller's memory resource: depth blocks, once, all returned") {
+  const auto dataset = alpaca();
+  const auto plan = alpaca_plan(2, 4, 2048);
+  counting_resource memory;
+  memory.expected_bytes = layout_of(*plan).bytes<std::int64_t>();
+  batch_options options;
+  options.memory = &memory;
+  {
+    batch_loader<indexed_dataset, std::int64_t> loader(dataset, plan, 1, options, {2, 5});
+    CHECK(memory.allocations == 5);
+    std::uint64_t step = 0;
+    while (auto batch = loader.next()) {
+      const std::span<const std::byte> block = (*batch)->block();
+      // The arrays lie in the block, back to back: one copy moves the batch.
+      REQUIRE(reinterpret_cast<const std::byte*>((*batch)->view.input_ids.data()) == block.data());
+      REQUIRE(reinterpret_cast<const std::byte*>((*batch)->view.cu_seqlens.data() + (*batch)->view.cu_seqlens.size()) ==
+              block.data() + block.size());
+      REQUIRE(contents((*batch)->view) == reference<std::int64_t>(*dataset, *plan, step, 1, {}));
+      ++step;
+    }
+    CHECK(step == plan->schedule.steps());
+    CHECK(memory.allocations == 5);
+  }
+  CHECK(memory.live == 0);
+  CHECK(memory.mismatches == 0);
+}
 
 TEST_CASE("every rank's batches are the plan's rows collated, whatever the threads") {
   const auto dataset = alpaca();

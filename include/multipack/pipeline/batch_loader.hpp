@@ -11,10 +11,13 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <memory>
+#include <memory_resource>
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "multipack/batch/collate.hpp"
@@ -35,25 +38,58 @@ struct batch_options {
   std::uint32_t pad_to_multiple = 0;
   collate_options collate;
   loss_mask mask;  ///< empty: every token carries loss
+  /// Where the buffers' memory comes from: one block of layout.bytes<T>() bytes a buffer,
+  /// allocated when the loader starts and freed when it stops, never in between. nullptr:
+  /// operator new. The CUDA room passes pinned host memory here. Must outlive the loader.
+  std::pmr::memory_resource* memory = nullptr;
 };
 
-/// One buffer of the pool: the memory, the batch collated into it, and where it belongs.
+/// One buffer of the pool: one block of memory (all five arrays back to back, so one copy
+/// moves a batch), the batch collated into it, and where it belongs.
 template <batch_token T>
-struct loaded_batch {
-  batch_buffers<T> storage;
-  batch_view<T> view;                      ///< the batch: spans into storage, and its counts
+class loaded_batch {
+  static constexpr std::size_t block_alignment = 64;  // a cache line: no false sharing between buffers
+  // First: the view is made over the block.
+  std::pmr::memory_resource* memory_;
+  std::span<std::byte> block_;
+
+ public:
+  batch_view<T> view;                        ///< the batch: spans into the block, and its counts
   std::vector<std::span<const piece>> rows;  ///< scratch: the step's rows, sized once
   std::uint64_t step = 0;
   std::uint32_t rank = 0;
 
-  explicit loaded_batch(const batch_layout& layout)
-      : storage(layout), view(storage.view()), rows(layout.micro_batch) {}
+  /// Allocates layout.bytes<T>() bytes from `memory` (nullptr: operator new) and zero-fills
+  /// them, so that every page is touched before the first batch. Throws option_error for an
+  /// invalid layout, what the resource throws.
+  loaded_batch(const batch_layout& layout, std::pmr::memory_resource* memory)
+      : memory_(memory != nullptr ? memory : std::pmr::new_delete_resource()),
+        block_(allocate(memory_, (validate(layout), layout.bytes<T>()))),
+        view(batch_view<T>::over_bytes(layout, block_)),
+        rows(layout.micro_batch) {}
   loaded_batch(loaded_batch&& other) noexcept
-      : storage(std::move(other.storage)), view(storage.view()), rows(std::move(other.rows)), step(other.step),
+      : memory_(other.memory_),
+        block_(std::exchange(other.block_, {})),
+        view(other.view),
+        rows(std::move(other.rows)),
+        step(other.step),
         rank(other.rank) {}
   loaded_batch(const loaded_batch&) = delete;
   loaded_batch& operator=(const loaded_batch&) = delete;
   loaded_batch& operator=(loaded_batch&&) = delete;
+  ~loaded_batch() {
+    if (!block_.empty()) memory_->deallocate(block_.data(), block_.size(), block_alignment);
+  }
+
+  /// The whole block: view's arrays back to back (see batch_view::over_bytes). O(1).
+  [[nodiscard]] std::span<const std::byte> block() const noexcept { return block_; }
+
+ private:
+  static std::span<std::byte> allocate(std::pmr::memory_resource* memory, std::size_t bytes) {
+    auto* data = static_cast<std::byte*>(memory->allocate(bytes, block_alignment));
+    std::memset(data, 0, bytes);
+    return {data, bytes};
+  }
 };
 
 /// The layout of a plan's batches: its micro-batch, its capacity, the most pieces in any of
@@ -91,7 +127,7 @@ class batch_loader {
         options_(std::move(options)),
         layout_(checked_layout()),
         prefetcher_(prefetch, check_start(start_step), plan_->schedule.steps(),
-                    [this] { return batch(layout_); },
+                    [this] { return batch(layout_, options_.memory); },
                     [this](std::uint64_t step, batch& b) { build(step, b); }) {}
 
   /// The next step's batch, in order; std::nullopt after the last step. Blocks until built.
