@@ -262,6 +262,13 @@ class prefetch_view : public std::ranges::view_interface<prefetch_view<D, T>> {
     return iterator(state_.get());
   }
   [[nodiscard]] std::default_sentinel_t end() const noexcept { return {}; }
+  // What the view was made with, for adaptors that build their own loader (views::to_device).
+  [[nodiscard]] const std::shared_ptr<const D>& dataset() const noexcept { return state_->dataset; }
+  [[nodiscard]] const std::shared_ptr<const epoch_plan>& shared_plan() const noexcept { return state_->plan; }
+  [[nodiscard]] std::uint32_t rank() const noexcept { return state_->rank; }
+  [[nodiscard]] const prefetch_options& prefetch() const noexcept { return state_->prefetch; }
+  [[nodiscard]] const batch_options& batch() const noexcept { return state_->batch; }
+
   /// The prefetcher's statistics so far (zeros before begin()).
   [[nodiscard]] prefetch_statistics statistics() const {
     return state_->loader ? state_->loader->statistics() : prefetch_statistics{};

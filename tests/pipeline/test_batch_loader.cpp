@@ -23,12 +23,17 @@
 #include "multipack/data/loss_mask.hpp"
 #include "multipack/pipeline/batch_loader.hpp"
 #include "multipack/schedule/plan.hpp"
+#include "support/batch_checks.hpp"
 #include "support/expect.hpp"
 #include "support/paths.hpp"
 
 using namespace multipack;
 
 namespace {
+
+using test::contents;
+using test::failing_dataset;
+using test::reference;
 
 std::shared_ptr<const indexed_dataset> alpaca() { return std::make_shared<const indexed_dataset>(test::alpaca_prefix()); }
 
@@ -37,43 +42,6 @@ std::shared_ptr<const epoch_plan> alpaca_plan(std::uint32_t world, std::uint32_t
   return std::make_shared<const epoch_plan>(plan_epoch(lengths, {capacity, packing_algorithm::randomized_exact_fit},
                                                        {world, micro_batch, 3, 1}));
 }
-
-/// Everything a batch holds, flattened, for comparisons.
-template <class T>
-std::vector<std::int64_t> contents(const batch_view<T>& b) {
-  std::vector<std::int64_t> all{b.rows, b.row_length, b.segments, b.max_seqlen, b.padding_rows,
-                                static_cast<std::int64_t>(b.real_tokens), static_cast<std::int64_t>(b.loss_tokens)};
-  for (const auto span : {b.used_input_ids(), b.used_labels(), b.used_position_ids(), b.used_sequence_ids()})
-    all.insert(all.end(), span.begin(), span.end());
-  const auto cu = b.used_cu_seqlens();
-  all.insert(all.end(), cu.begin(), cu.end());
-  return all;
-}
-
-/// The batch of (step, rank) collated directly, on this thread: the reference.
-template <class T>
-std::vector<std::int64_t> reference(const indexed_dataset& dataset, const epoch_plan& plan, std::uint64_t step,
-                                    std::uint32_t rank, const batch_options& options) {
-  batch_buffers<T> storage(layout_of(plan, options.pad_to_multiple));
-  batch_view<T> view = storage.view();
-  std::vector<std::span<const piece>> rows;
-  for (std::uint32_t slot = 0; slot < plan.schedule.micro_batch(); ++slot) rows.push_back(plan.pieces(step, rank, slot));
-  collate(dataset, std::span<const std::span<const piece>>(rows), options.mask, options.collate, view);
-  return contents(view);
-}
-
-/// A dataset whose reads of one sample fail, as a disk error would.
-struct failing_dataset {
-  std::shared_ptr<const indexed_dataset> inner;
-  std::size_t failing;
-  [[nodiscard]] std::size_t size() const { return inner->size(); }
-  [[nodiscard]] std::uint64_t length(std::size_t i) const { return inner->length(i); }
-  template <class Out>
-  void read_tokens(std::size_t i, std::uint64_t first, std::span<Out> out) const {
-    if (i == failing) throw io_error("read of sample " + std::to_string(i) + " failed");
-    inner->read_tokens(i, first, out);
-  }
-};
 
 /// A memory resource that counts what it hands out and checks what comes back.
 class counting_resource : public std::pmr::memory_resource {

@@ -1,0 +1,519 @@
+#pragma once
+// The device loader: one rank's batches of an epoch plan, collated by the prefetcher's worker
+// threads straight into pinned host memory, copied to the GPU on a side stream while the
+// trainer computes, and handed over as device memory in step order.
+//
+//   multipack::cuda::device_loader<indexed_dataset> loader(dataset, plan, rank, {}, {.threads = 2});
+//   while (auto batch = loader.next()) {
+//     batch->wait(stream);            // the trainer's stream waits for the copy; the host does not
+//     train(batch->view(), stream);   // device pointers: input_ids, labels, ..., cu_seqlens
+//   }                                 // destroying the batch records its release on `stream`
+//
+// How memory moves, and what is never done per batch:
+// - Pinned host buffers: prefetch.depth + batches_in_flight blocks of layout.bytes<T>(),
+//   allocated once (cudaHostAlloc). Workers collate into them: no extra host copy.
+// - Device buffers: batches_in_flight blocks, allocated once (cudaMalloc).
+// - One non-blocking copy stream. For each batch: cudaMemcpyAsync of the used part of the
+//   arrays (one call when the rows are full length), then an event the consumer's stream
+//   waits on with cudaStreamWaitEvent: no host synchronization anywhere on the way.
+// - A pinned buffer goes back to the workers once its copy has run (a host function queued
+//   on the copy stream after the copy gives it back).
+// - A device buffer is overwritten only after the consumer released its batch and the work
+//   queued on the consumer's stream before the release has passed: release records an event
+//   on that stream, and the copy stream waits for it before the next copy into that buffer.
+// So after construction there is no cudaHostAlloc, cudaMalloc or synchronous copy.
+//
+// Without a device: the constructor throws cuda_error saying why, unless
+// device_options::host_fallback asks for the host batches instead (pageable memory; wait()
+// and release do nothing), so one trainer loop runs with and without a GPU.
+//
+// Nothing here includes range-v3: a .cu translation unit may include this header.
+
+#include <cuda_runtime_api.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "multipack/batch/layout.hpp"
+#include "multipack/core/concepts.hpp"
+#include "multipack/core/error.hpp"
+#include "multipack/cuda/error.hpp"
+#include "multipack/cuda/resources.hpp"
+#include "multipack/pipeline/batch_loader.hpp"
+#include "multipack/pipeline/prefetcher.hpp"
+#include "multipack/schedule/plan.hpp"
+
+namespace multipack::cuda {
+
+struct device_options {
+  /// Device buffers: batches the consumer holds plus copies queued ahead of it. Also the
+  /// pinned buffers added to prefetch.depth for copies in flight. 3: one batch training, one
+  /// copied, one queued.
+  std::size_t batches_in_flight = 3;
+  /// Without a usable device: false (the default) throws cuda_error; true hands out the host
+  /// batches instead (on_device() false), so the same loop runs on a machine with no GPU.
+  bool host_fallback = false;
+  /// Times every copy with events (device_statistics::copy_seconds). Costs two timed events
+  /// a batch and, at a buffer's reuse, waiting for the copy made into it batches_in_flight
+  /// batches before (long done in steady state). Off by default.
+  bool time_copies = false;
+};
+
+/// Throws option_error for no buffer in flight or more than 1024. O(1).
+inline void validate(const device_options& options) {
+  if (options.batches_in_flight == 0)
+    throw option_error("device_options: batches_in_flight must be at least 1 device buffer");
+  if (options.batches_in_flight > 1024)
+    throw option_error("device_options: " + std::to_string(options.batches_in_flight) +
+                       " batches in flight; at most 1024 are supported");
+}
+
+/// What the device loader measured so far.
+struct device_statistics {
+  prefetch_statistics host;       ///< the workers and the host queue (see prefetcher)
+  bool on_device = false;         ///< false: host fallback, nothing copied
+  std::uint64_t copies = 0;       ///< batches queued for copying
+  std::uint64_t bytes_copied = 0; ///< their bytes
+  std::uint64_t timed_copies = 0; ///< copies timed so far (time_copies; each once its buffer is reused)
+  double copy_seconds = 0;        ///< their summed duration on the copy stream
+  std::uint64_t timed_bytes = 0;  ///< their bytes: timed_bytes / copy_seconds is the copy rate
+};
+
+namespace detail {
+
+/// One device buffer and the events that order its use.
+struct device_slot {
+  device_memory memory;
+  event copied;                      ///< recorded on the copy stream after the copy into memory
+  event released;                    ///< recorded on the consumer's stream at release
+  std::optional<event> copy_started; ///< time_copies: recorded before the copy
+  bool release_recorded = false;     ///< the next copy into memory must wait for `released`
+  bool timing_pending = false;       ///< copy_started..copied not yet added to the statistics
+  std::uint64_t bytes = 0;           ///< bytes of the last copy
+  cudaError_t release_error = cudaSuccess;  ///< a release whose event could not be recorded
+};
+
+/// The device buffers and which of them the consumer may have next. give_back() may be
+/// called from any thread (a batch may be released anywhere); the rest is for the consumer.
+class device_ring {
+ public:
+  device_ring(std::size_t slots, std::size_t bytes, bool timing) {
+    slots_.reserve(slots);
+    free_.reserve(slots);
+    for (std::size_t i = 0; i < slots; ++i) {
+      device_slot s{device_memory(bytes), event(timing), event(false), std::nullopt};
+      if (timing) s.copy_started.emplace(true);
+      slots_.push_back(std::move(s));
+      free_.push_back(slots - 1 - i);  // taken from the back: slot 0 first
+    }
+  }
+
+  [[nodiscard]] std::size_t size() const noexcept { return slots_.size(); }
+  [[nodiscard]] device_slot& operator[](std::size_t i) noexcept { return slots_[i]; }
+
+  /// A free slot, or none when the consumer holds them all. O(1).
+  [[nodiscard]] std::optional<std::size_t> acquire() {
+    const std::lock_guard lock(mutex_);
+    if (free_.empty()) return std::nullopt;
+    const std::size_t i = free_.back();
+    free_.pop_back();
+    return i;
+  }
+
+  /// Returns slot i; with a stream, first records the release on it, so that the next copy
+  /// into the slot waits for the work queued there. Never throws: a failed record is kept in
+  /// the slot and reported when the slot is next taken. O(1).
+  cudaError_t give_back(std::size_t i, std::optional<cudaStream_t> consumer) noexcept {
+    device_slot& s = slots_[i];
+    cudaError_t result = cudaSuccess;
+    if (consumer) {
+      result = cudaEventRecord(s.released.get(), *consumer);
+      s.release_recorded = result == cudaSuccess;
+      s.release_error = result;
+    }
+    const std::lock_guard lock(mutex_);
+    free_.push_back(i);  // capacity reserved for every slot: no allocation
+    return result;
+  }
+
+  /// Blocks until the consumer work before every recorded release has passed (before the
+  /// memory is freed). Never throws.
+  void wait_for_releases() noexcept {
+    for (device_slot& s : slots_)
+      if (s.release_recorded) static_cast<void>(cudaEventSynchronize(s.released.get()));
+  }
+
+ private:
+  std::vector<device_slot> slots_;
+  std::mutex mutex_;
+  std::vector<std::size_t> free_;
+};
+
+}  // namespace detail
+
+template <token_dataset D, batch_token T = std::int32_t>
+class device_loader;
+
+/// A batch in device memory, on loan to the consumer until released (or destroyed).
+/// Move-only. Must not outlive its loader.
+template <batch_token T = std::int32_t>
+class device_batch {
+ public:
+  using host_lease = typename prefetcher<loaded_batch<T>>::lease;
+
+  device_batch() = default;
+  device_batch(device_batch&& other) noexcept { *this = std::move(other); }
+  device_batch& operator=(device_batch&& other) noexcept {
+    if (this != &other) {
+      release();
+      ring_ = std::exchange(other.ring_, nullptr);
+      slot_ = other.slot_;
+      view_ = other.view_;
+      step_ = other.step_;
+      rank_ = other.rank_;
+      ready_ = other.ready_;
+      waited_on_ = std::exchange(other.waited_on_, std::nullopt);
+      host_ = std::exchange(other.host_, std::nullopt);
+    }
+    return *this;
+  }
+  device_batch(const device_batch&) = delete;
+  device_batch& operator=(const device_batch&) = delete;
+  ~device_batch() { release(); }
+
+  /// The batch: its arrays in device memory (host memory when !on_device()), and the counts
+  /// collate found (max_seqlen, real_tokens...), readable on the host. Do not dereference
+  /// the spans on the host when on_device().
+  [[nodiscard]] const batch_view<T>& view() const noexcept { return view_; }
+  [[nodiscard]] std::uint64_t step() const noexcept { return step_; }
+  [[nodiscard]] std::uint32_t rank() const noexcept { return rank_; }
+  [[nodiscard]] bool on_device() const noexcept { return ring_ != nullptr; }
+  [[nodiscard]] explicit operator bool() const noexcept { return ring_ != nullptr || host_.has_value(); }
+
+  /// The event recorded after the batch's copy: for a consumer that orders its streams itself.
+  [[nodiscard]] cudaEvent_t ready_event() const noexcept { return ready_; }
+
+  /// Makes `consumer` wait, on the device, for the batch's copy: queue work that reads
+  /// view() on `consumer` after this. The host never blocks. Remembers `consumer` for
+  /// release(). Throws cuda_error. Cost: one cudaStreamWaitEvent; nothing on the host fallback.
+  void wait(cudaStream_t consumer) {
+    if (ring_ == nullptr) return;
+    MULTIPACK_CUDA_CHECK(cudaStreamWaitEvent(consumer, ready_, 0));
+    waited_on_ = consumer;
+  }
+
+  /// Gives the device buffer back. The work queued on `consumer` so far is taken to be the
+  /// last to read it: an event recorded there must pass before the buffer is overwritten.
+  /// Never blocks. Throws cuda_error when the event cannot be recorded (the buffer is given
+  /// back all the same, and the loader reports the error at its reuse). Idempotent.
+  void release(cudaStream_t consumer) {
+    if (ring_ == nullptr) {
+      host_.reset();
+      return;
+    }
+    const cudaError_t result = std::exchange(ring_, nullptr)->give_back(slot_, consumer);
+    waited_on_.reset();
+    MULTIPACK_CUDA_CHECK(result);
+  }
+
+  /// release(the stream given to the last wait()); when wait() was never called nothing was
+  /// queued on the buffer and no event is needed. Never throws. Idempotent.
+  void release() noexcept {
+    if (ring_ != nullptr) static_cast<void>(std::exchange(ring_, nullptr)->give_back(slot_, waited_on_));
+    waited_on_.reset();
+    host_.reset();
+  }
+
+ private:
+  template <token_dataset, batch_token>
+  friend class device_loader;
+
+  device_batch(detail::device_ring* ring, std::size_t slot, const batch_view<T>& view, std::uint64_t step,
+               std::uint32_t rank, cudaEvent_t ready) noexcept
+      : ring_(ring), slot_(slot), view_(view), step_(step), rank_(rank), ready_(ready) {}
+  explicit device_batch(host_lease host) noexcept
+      : view_(host->view), step_(host->step), rank_(host->rank), host_(std::move(host)) {}
+
+  detail::device_ring* ring_ = nullptr;
+  std::size_t slot_ = 0;
+  batch_view<T> view_;
+  std::uint64_t step_ = 0;
+  std::uint32_t rank_ = 0;
+  cudaEvent_t ready_ = nullptr;
+  std::optional<cudaStream_t> waited_on_;
+  std::optional<host_lease> host_;  // the host fallback's batch
+};
+
+template <token_dataset D, batch_token T>
+class device_loader {
+ public:
+  using batch = device_batch<T>;
+
+  /// Starts loading rank `rank`'s batches of `plan` from `start_step` on, on the device
+  /// current on the calling thread; call next() with the same device current.
+  ///
+  /// Throws cuda_error when there is no device (unless device.host_fallback) or a CUDA call
+  /// fails, and what batch_loader's constructor throws (bad rank, start, mask, options).
+  /// options.memory is replaced by pinned memory. Cost: (prefetch.depth + batches_in_flight)
+  /// pinned and batches_in_flight device buffers of layout.bytes<T>() bytes, allocated here
+  /// and only here; prefetch.threads threads.
+  device_loader(std::shared_ptr<const D> dataset, std::shared_ptr<const epoch_plan> plan, std::uint32_t rank,
+                batch_options options, prefetch_options prefetch, const device_options& device = {},
+                std::uint64_t start_step = 0)
+      : options_((validate(device), device)),
+        on_device_(checked_device(device)),
+        copy_(make_copy_stream()),
+        ring_(make_ring(plan, options.pad_to_multiple)),
+        pending_(on_device_ ? prefetch.depth + device.batches_in_flight : 0),
+        loader_(std::move(dataset), std::move(plan), rank, with_memory(std::move(options)), with_depth(prefetch),
+                start_step) {}
+
+  device_loader(const device_loader&) = delete;
+  device_loader& operator=(const device_loader&) = delete;
+
+  /// Waits for the copies and the callbacks still queued, for the consumer work before
+  /// every release, then stops the workers and frees the memory. Every batch must have been
+  /// released before. Never throws.
+  ~device_loader() {
+    if (!on_device_) return;
+    static_cast<void>(cudaStreamSynchronize(copy_->get()));
+    for (auto& lease : pending_) lease.reset();  // any a failed host function left behind
+    ring_->wait_for_releases();
+  }
+
+  /// The next step's batch, in order, its copy queued; std::nullopt after the last step.
+  /// Blocks while the workers have not built the batch, and while every pinned buffer waits
+  /// for its copy (a host prefetch.depth + batches_in_flight batches ahead of the copies).
+  /// Throws what batch_loader::next throws (a worker's exception at its step), cuda_error,
+  /// and option_error when the consumer holds all batches_in_flight batches. Consumer
+  /// thread only. Cost: a queue operation, 1 to 5 cudaMemcpyAsync, 2 event records, one
+  /// host function; no allocation.
+  [[nodiscard]] std::optional<batch> next() {
+    if (!on_device_) {
+      auto host = loader_.next();
+      if (!host) return std::nullopt;
+      return batch(std::move(*host));
+    }
+    const std::optional<std::size_t> taken = ring_->acquire();
+    if (!taken)
+      throw option_error("device_loader: the consumer holds all " + std::to_string(ring_->size()) +
+                         " device buffers (device_options::batches_in_flight); release a batch before asking for the next");
+    // Until the copy is queued the slot goes back as it was, without an event.
+    struct slot_guard {
+      detail::device_ring* ring;
+      std::size_t slot;
+      bool armed = true;
+      ~slot_guard() {
+        if (armed) static_cast<void>(ring->give_back(slot, std::nullopt));
+      }
+    } guard{&*ring_, *taken};
+    detail::device_slot& slot = (*ring_)[*taken];
+    if (slot.release_error != cudaSuccess) {
+      const cudaError_t error = std::exchange(slot.release_error, cudaSuccess);
+      multipack::detail::check_cuda(error, "cudaEventRecord(release of a device batch)", __FILE__, __LINE__);
+    }
+
+    wait_for_a_pinned_buffer();
+    auto host = loader_.next();
+    if (!host) return std::nullopt;
+    const batch_view<T>& from = (*host)->view;
+
+    if (slot.timing_pending) add_timing(slot);
+    cudaStream_t copy = copy_->get();
+    if (slot.release_recorded) {
+      MULTIPACK_CUDA_CHECK(cudaStreamWaitEvent(copy, slot.released.get(), 0));
+      slot.release_recorded = false;
+    }
+    batch_view<T> to = batch_view<T>::over_bytes(layout(), {slot.memory.data(), slot.memory.size()});
+    copy_counts(from, to);
+    if (slot.copy_started) slot.copy_started->record(copy);
+    slot.bytes = enqueue_copies(from, to, copy);
+    slot.copied.record(copy);
+    slot.timing_pending = slot.copy_started.has_value();
+    ++copies_;
+    bytes_copied_ += slot.bytes;
+
+    // The pinned buffer goes back to the workers once the copy has run. Host functions on
+    // one stream run in order, so the one queued here releases the oldest pending lease.
+    const std::size_t tail = pending_tail_ % pending_.size();
+    pending_[tail] = std::move(*host);
+    const cudaError_t queued = cudaLaunchHostFunc(copy, &release_oldest_pending, this);
+    if (queued != cudaSuccess) {
+      // Nothing will release it: keep the lease until the stream has drained, then drop it.
+      static_cast<void>(cudaStreamSynchronize(copy));
+      pending_[tail].reset();
+      multipack::detail::check_cuda(queued, "cudaLaunchHostFunc(release of a pinned buffer)", __FILE__, __LINE__);
+    }
+    ++pending_tail_;
+
+    guard.armed = false;
+    return batch(&*ring_, *taken, to, pending_step(tail), pending_rank(tail), slot.copied.get());
+  }
+
+  /// Statistics so far. Consumer thread only. O(1).
+  [[nodiscard]] device_statistics statistics() const {
+    device_statistics s;
+    s.host = loader_.statistics();
+    s.on_device = on_device_;
+    s.copies = copies_;
+    s.bytes_copied = bytes_copied_;
+    s.timed_copies = timed_copies_;
+    s.copy_seconds = copy_seconds_;
+    s.timed_bytes = timed_bytes_;
+    return s;
+  }
+
+  [[nodiscard]] bool on_device() const noexcept { return on_device_; }
+  [[nodiscard]] const batch_layout& layout() const noexcept { return loader_.layout(); }
+  [[nodiscard]] const epoch_plan& plan() const noexcept { return loader_.plan(); }
+  [[nodiscard]] std::uint32_t rank() const noexcept { return loader_.rank(); }
+  /// The stream the copies run on (nullptr on the host fallback).
+  [[nodiscard]] cudaStream_t copy_stream() const noexcept { return copy_ ? copy_->get() : nullptr; }
+  /// The pinned memory the workers collate into (nullptr on the host fallback).
+  [[nodiscard]] const pinned_memory_resource* pinned_memory() const noexcept { return pinned_.get(); }
+
+ private:
+  static bool checked_device(const device_options& options) {
+    if (device_available()) return true;
+    if (options.host_fallback) return false;
+    throw cuda_error(cudaErrorNoDevice, "device_loader: no CUDA device to load batches to (" + no_device_reason() +
+                                            "); set device_options::host_fallback for host batches instead");
+  }
+
+  std::optional<stream> make_copy_stream() const {
+    if (!on_device_) return std::nullopt;
+    return stream(cudaStreamNonBlocking);
+  }
+
+  std::optional<detail::device_ring> make_ring(const std::shared_ptr<const epoch_plan>& plan,
+                                               std::uint32_t pad_to_multiple) const {
+    if (!on_device_) return std::nullopt;
+    if (!plan) throw option_error("device_loader: no plan");
+    batch_layout layout = layout_of(*plan, pad_to_multiple);
+    validate(layout);
+    return std::optional<detail::device_ring>(std::in_place, options_.batches_in_flight, layout.bytes<T>(),
+                                              options_.time_copies);
+  }
+
+  batch_options with_memory(batch_options options) {
+    if (on_device_) {
+      pinned_ = std::make_unique<pinned_memory_resource>();
+      options.memory = pinned_.get();
+    }
+    return options;
+  }
+
+  prefetch_options with_depth(prefetch_options prefetch) const {
+    if (on_device_) prefetch.depth += options_.batches_in_flight;
+    return prefetch;
+  }
+
+  static void copy_counts(const batch_view<T>& from, batch_view<T>& to) noexcept {
+    to.rows = from.rows;
+    to.row_length = from.row_length;
+    to.segments = from.segments;
+    to.max_seqlen = from.max_seqlen;
+    to.padding_rows = from.padding_rows;
+    to.real_tokens = from.real_tokens;
+    to.loss_tokens = from.loss_tokens;
+  }
+
+  /// Queues the copy of the used part of every array; returns the bytes. Full-length rows
+  /// make the used parts one contiguous run (the arrays lie back to back): one call.
+  static std::uint64_t enqueue_copies(const batch_view<T>& from, const batch_view<T>& to, cudaStream_t copy) {
+    const std::size_t used = from.flat_length();
+    const std::size_t cu_bytes = from.used_cu_seqlens().size_bytes();
+    if (used == from.layout.tokens()) {
+      const std::size_t bytes = 4 * used * sizeof(T) + cu_bytes;
+      MULTIPACK_CUDA_CHECK(cudaMemcpyAsync(to.input_ids.data(), from.input_ids.data(), bytes, cudaMemcpyHostToDevice, copy));
+      return bytes;
+    }
+    const std::span<T> sources[] = {from.input_ids, from.labels, from.position_ids, from.sequence_ids};
+    const std::span<T> targets[] = {to.input_ids, to.labels, to.position_ids, to.sequence_ids};
+    for (std::size_t a = 0; a < 4; ++a)
+      if (used > 0)
+        MULTIPACK_CUDA_CHECK(
+            cudaMemcpyAsync(targets[a].data(), sources[a].data(), used * sizeof(T), cudaMemcpyHostToDevice, copy));
+    if (cu_bytes > 0)
+      MULTIPACK_CUDA_CHECK(
+          cudaMemcpyAsync(to.cu_seqlens.data(), from.cu_seqlens.data(), cu_bytes, cudaMemcpyHostToDevice, copy));
+    return 4 * std::uint64_t{used} * sizeof(T) + cu_bytes;
+  }
+
+  void add_timing(detail::device_slot& slot) {
+    slot.copied.synchronize();  // the copy of batches_in_flight batches ago: done in steady state
+    copy_seconds_ += static_cast<double>(event::elapsed_ms(*slot.copy_started, slot.copied)) * 1e-3;
+    timed_bytes_ += slot.bytes;
+    ++timed_copies_;
+    slot.timing_pending = false;
+  }
+
+  std::uint64_t pending_step(std::size_t i) const noexcept { return (*pending_[i])->step; }
+  std::uint32_t pending_rank(std::size_t i) const noexcept { return (*pending_[i])->rank; }
+
+  // Runs on a CUDA thread: no CUDA call here. Releasing a lease only enqueues the buffer.
+  static void CUDART_CB release_oldest_pending(void* self) {
+    auto* loader = static_cast<device_loader*>(self);
+    // Only this function (one stream: one at a time, in order) advances the count.
+    const std::size_t oldest = loader->pending_released_.load(std::memory_order_relaxed);
+    std::optional<host_lease>& entry = loader->pending_[oldest % loader->pending_.size()];
+    host_lease lease = std::move(*entry);
+    entry.reset();
+    lease.release();
+    {
+      const std::lock_guard lock(loader->pending_mutex_);
+      loader->pending_released_.store(oldest + 1, std::memory_order_release);
+    }
+    loader->pending_changed_.notify_one();
+  }
+
+  /// Blocks until fewer than all pinned buffers wait for their copies, so that the workers
+  /// have one to build the next batch in. The copies queued may be waiting for the trainer's
+  /// stream to release device buffers: this is where a host that runs ahead of the GPU
+  /// waits. Throws cuda_error if the copy stream fails meanwhile.
+  void wait_for_a_pinned_buffer() {
+    const auto below_limit = [this] {
+      return pending_tail_ - pending_released_.load(std::memory_order_acquire) < pending_.size();
+    };
+    if (below_limit()) return;
+    std::unique_lock lock(pending_mutex_);
+    while (!pending_changed_.wait_for(lock, std::chrono::milliseconds(100), below_limit)) {
+      const cudaError_t state = cudaStreamQuery(copy_->get());
+      if (state != cudaSuccess && state != cudaErrorNotReady)
+        multipack::detail::check_cuda(state, "cudaStreamQuery(copy stream)", __FILE__, __LINE__);
+    }
+  }
+
+  using host_lease = typename batch_loader<D, T>::lease;
+
+  device_options options_;
+  bool on_device_;
+  std::unique_ptr<pinned_memory_resource> pinned_;  // outlives the loader's buffers
+  std::optional<stream> copy_;
+  std::optional<detail::device_ring> ring_;
+  // Leases of pinned buffers whose copy is queued, oldest first: the consumer adds at the
+  // tail (once fewer than all are pending, so the entry there has been released), the copy
+  // stream's host functions release from the oldest, counting in pending_released_.
+  std::vector<std::optional<host_lease>> pending_;
+  std::size_t pending_tail_ = 0;
+  std::atomic<std::size_t> pending_released_{0};
+  std::mutex pending_mutex_;
+  std::condition_variable pending_changed_;
+  std::uint64_t copies_ = 0;
+  std::uint64_t bytes_copied_ = 0;
+  std::uint64_t timed_copies_ = 0;
+  std::uint64_t timed_bytes_ = 0;
+  double copy_seconds_ = 0;
+  batch_loader<D, T> loader_;  // last: its workers write into pinned_'s memory
+};
+
+}  // namespace multipack::cuda

@@ -1,0 +1,118 @@
+#pragma once
+// The last stage of the pipeline: batches in device memory, ready on the trainer's stream.
+//
+//   auto batches = dataset
+//                | multipack::views::pack({.capacity = 4096})
+//                | multipack::views::shard({.world_size = 8, .micro_batch = 16}, rank)
+//                | multipack::views::prefetch({.threads = 2, .depth = 8})
+//                | multipack::views::to_device(stream);     // cudaStream_t of the trainer
+//   for (const multipack::batch_view<>& batch : batches) train(batch, stream);  // device spans
+//
+// At each batch, `stream` is made to wait for the batch's copy (on the device; the host does
+// not block); advancing the loop releases the batch on `stream` (its buffer is overwritten
+// only after the work queued there has passed). An input view, like views::prefetch: the
+// threads start at begin() and stop when the view is destroyed.
+//
+// This header includes <ranges> through views.hpp, not range-v3: nvcc compiles it.
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <iterator>
+#include <memory>
+#include <optional>
+#include <ranges>
+
+#include "multipack/batch/layout.hpp"
+#include "multipack/core/error.hpp"
+#include "multipack/cuda/device_loader.hpp"
+#include "multipack/views.hpp"
+
+namespace multipack::views {
+
+/// The batches of a prefetch_view, copied to the device: an input view of batch_view<T>
+/// whose spans are device memory (host memory on the host fallback).
+template <token_dataset D, batch_token T = std::int32_t>
+class device_view : public std::ranges::view_interface<device_view<D, T>> {
+  struct state {
+    prefetch_view<D, T> source;
+    cudaStream_t consumer = nullptr;
+    cuda::device_options device;
+    std::optional<cuda::device_loader<D, T>> loader;
+    std::optional<cuda::device_batch<T>> current;  // last: released (on `consumer`) before the loader goes
+
+    void advance() {
+      if (current) current->release(consumer);
+      current.reset();
+      current = loader->next();
+      if (current) current->wait(consumer);
+    }
+  };
+
+ public:
+  class iterator {
+   public:
+    using value_type = batch_view<T>;
+    using difference_type = std::ptrdiff_t;
+    using iterator_concept = std::input_iterator_tag;
+
+    iterator() = default;
+    explicit iterator(state* s) noexcept : state_(s) {}
+    iterator(iterator&&) noexcept = default;
+    iterator& operator=(iterator&&) noexcept = default;
+
+    /// The current batch, ready on the consumer's stream; valid until the iterator advances.
+    const batch_view<T>& operator*() const { return state_->current->view(); }
+    /// Releases the current batch on the consumer's stream and takes the next.
+    iterator& operator++() {
+      state_->advance();
+      return *this;
+    }
+    void operator++(int) { ++*this; }
+    friend bool operator==(const iterator& it, std::default_sentinel_t) noexcept { return !it.state_->current.has_value(); }
+
+   private:
+    state* state_ = nullptr;
+  };
+
+  device_view() = default;
+  device_view(prefetch_view<D, T> source, cudaStream_t consumer, const cuda::device_options& device) {
+    cuda::validate(device);
+    auto s = std::make_shared<state>();
+    s->source = std::move(source);
+    s->consumer = consumer;
+    s->device = device;
+    state_ = std::move(s);
+  }
+  /// Starts the workers and the copies (once) and takes the first batch. Throws what
+  /// device_loader's constructor and next() throw. An input range: begin() may be called once.
+  [[nodiscard]] iterator begin() {
+    if (state_->loader) throw option_error("views::to_device: begin() called twice on an input view");
+    const auto& source = state_->source;
+    state_->loader.emplace(source.dataset(), source.shared_plan(), source.rank(), source.batch(), source.prefetch(),
+                           state_->device);
+    state_->advance();
+    return iterator(state_.get());
+  }
+  [[nodiscard]] std::default_sentinel_t end() const noexcept { return {}; }
+
+  /// The loader's statistics so far (zeros before begin()).
+  [[nodiscard]] cuda::device_statistics statistics() const {
+    return state_->loader ? state_->loader->statistics() : cuda::device_statistics{};
+  }
+
+ private:
+  std::shared_ptr<state> state_;
+};
+
+inline constexpr struct to_device_fn {
+  /// prefetched | views::to_device(stream, device): the batches in device memory, each made
+  /// ready on `stream` (the trainer's) and released on it when the loop moves on.
+  [[nodiscard]] auto operator()(cudaStream_t stream, const cuda::device_options& device = {}) const {
+    return detail::pipe_closure{[stream, device]<class D, class T>(const prefetch_view<D, T>& source) {
+      return device_view<D, T>(source, stream, device);
+    }};
+  }
+} to_device;
+
+}  // namespace multipack::views

@@ -1,0 +1,308 @@
+// The device loader, on a GPU or on the simulated runtime (simulated_runtime.cpp): batches
+// reach device memory exactly as the host builds them, in step order, in every copy path;
+// a device buffer is never overwritten while the trainer's stream may still read it (the
+// "training step" here is a delay queued on the trainer's stream before it reads the batch
+// back); after construction there is no allocation and no synchronous copy; errors and early
+// stops leave nothing behind. Suite "device" needs a device (main.cpp skips it otherwise);
+// suite "no_device" runs where there is none (ctest hides the devices for it).
+
+#include <doctest/doctest.h>
+
+#include <cuda_runtime_api.h>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cuda_calls.hpp"
+#include "multipack/cuda/device_loader.hpp"
+#include "multipack/cuda/views.hpp"
+#include "multipack/data/indexed_dataset.hpp"
+#include "multipack/data/length_list.hpp"
+#include "multipack/data/loss_mask.hpp"
+#include "multipack/schedule/plan.hpp"
+#include "multipack/views.hpp"
+#include "support/batch_checks.hpp"
+#include "support/expect.hpp"
+#include "support/paths.hpp"
+
+using namespace multipack;
+
+namespace {
+
+std::shared_ptr<const indexed_dataset> alpaca() { return std::make_shared<const indexed_dataset>(test::alpaca_prefix()); }
+
+std::shared_ptr<const epoch_plan> alpaca_plan(std::uint32_t world, std::uint32_t micro_batch, std::uint32_t capacity) {
+  const auto lengths = read_length_list(test::source_dir() / "data/alpaca/lengths.txt");
+  return std::make_shared<const epoch_plan>(plan_epoch(lengths, {capacity, packing_algorithm::randomized_exact_fit},
+                                                       {world, micro_batch, 7, 0}));
+}
+
+batch_options masked(std::uint32_t pad_to_multiple) {
+  batch_options options;
+  options.mask = loss_mask::open_prompt_lengths(test::source_dir() / "data/alpaca/prompt_lengths.txt");
+  options.pad_to_multiple = pad_to_multiple;
+  return options;
+}
+
+/// A stand-in for a training step: holds the stream for a while before it reads the batch.
+void CUDART_CB train_for_a_while(void*) { std::this_thread::sleep_for(std::chrono::microseconds(300)); }
+
+/// Reads device batches back on the trainer's stream, into pinned memory allocated up front
+/// (so that the reading allocates nothing and copies asynchronously).
+template <class T>
+class read_back {
+ public:
+  read_back(const batch_layout& layout, std::uint64_t steps)
+      : layout_(layout), stride_((layout.bytes<T>() + 255) / 256 * 256), block_(memory_.allocate(stride_ * steps, 256)), steps_(steps) {
+    views_.resize(steps);
+  }
+  read_back(const read_back&) = delete;
+  read_back& operator=(const read_back&) = delete;
+  ~read_back() { memory_.deallocate(block_, stride_ * steps_, 256); }
+
+  /// Queues on `stream`: the stand-in step, then the copy of the batch's used arrays.
+  void enqueue(std::uint64_t step, const batch_view<T>& device, cudaStream_t stream) {
+    MULTIPACK_CUDA_CHECK(cudaLaunchHostFunc(stream, &train_for_a_while, nullptr));
+    batch_view<T> host = batch_view<T>::over_bytes(
+        layout_, {static_cast<std::byte*>(block_) + step * stride_, static_cast<std::size_t>(stride_)});
+    const std::span<T> from[] = {device.used_input_ids(), device.used_labels(), device.used_position_ids(),
+                                 device.used_sequence_ids()};
+    const std::span<T> to[] = {host.input_ids, host.labels, host.position_ids, host.sequence_ids};
+    for (std::size_t a = 0; a < 4; ++a)
+      if (!from[a].empty())
+        MULTIPACK_CUDA_CHECK(
+            cudaMemcpyAsync(to[a].data(), from[a].data(), from[a].size_bytes(), cudaMemcpyDeviceToHost, stream));
+    const auto cu = device.used_cu_seqlens();
+    if (!cu.empty())
+      MULTIPACK_CUDA_CHECK(cudaMemcpyAsync(host.cu_seqlens.data(), cu.data(), cu.size_bytes(), cudaMemcpyDeviceToHost, stream));
+    host.rows = device.rows;
+    host.row_length = device.row_length;
+    host.segments = device.segments;
+    host.max_seqlen = device.max_seqlen;
+    host.padding_rows = device.padding_rows;
+    host.real_tokens = device.real_tokens;
+    host.loss_tokens = device.loss_tokens;
+    views_[step] = host;
+  }
+
+  /// The batch read back at `step`, once the stream has been synchronized.
+  [[nodiscard]] std::vector<std::int64_t> contents(std::uint64_t step) const { return test::contents(views_[step]); }
+
+ private:
+  batch_layout layout_;
+  std::uint64_t stride_;
+  cuda::pinned_memory_resource memory_;
+  void* block_;
+  std::uint64_t steps_;
+  std::vector<batch_view<T>> views_;
+};
+
+template <class T>
+void check_one_epoch(std::uint32_t pad_to_multiple, unsigned threads, std::size_t in_flight, std::uint32_t rank) {
+  CAPTURE(pad_to_multiple);
+  CAPTURE(threads);
+  CAPTURE(in_flight);
+  const auto dataset = alpaca();
+  const auto plan = alpaca_plan(2, 4, 2048);
+  const batch_options options = masked(pad_to_multiple);
+  const std::uint64_t steps = plan->schedule.steps();
+  cuda::stream trainer;
+  read_back<T> results(layout_of(*plan, pad_to_multiple), steps);
+
+  const test::cuda_call_counts before = test::cuda_calls();
+  std::optional<test::cuda_call_counts> warm;
+  std::uint64_t expected_bytes = 0;
+  {
+    cuda::device_loader<indexed_dataset, T> loader(dataset, plan, rank, options, {threads, 2}, {in_flight});
+    REQUIRE(loader.on_device());
+    warm = test::cuda_calls();
+    CHECK(warm->host_allocations - before.host_allocations == static_cast<std::int64_t>(2 + in_flight));
+    CHECK(warm->device_allocations - before.device_allocations == static_cast<std::int64_t>(in_flight));
+    std::uint64_t step = 0;
+    while (auto batch = loader.next()) {
+      REQUIRE(batch->step() == step);
+      REQUIRE(batch->rank() == rank);
+      REQUIRE(batch->on_device());
+      expected_bytes += batch->view().used_bytes();
+      batch->wait(trainer.get());
+      results.enqueue(step, batch->view(), trainer.get());
+      batch->release(trainer.get());
+      ++step;
+    }
+    CHECK(step == steps);
+    const test::cuda_call_counts after = test::cuda_calls();
+    // Nothing allocated and nothing copied synchronously once the loader was built.
+    CHECK(after.host_allocations == warm->host_allocations);
+    CHECK(after.device_allocations == warm->device_allocations);
+    CHECK(after.synchronous_copies == before.synchronous_copies);
+    CHECK(after.async_copies - warm->async_copies >= static_cast<std::int64_t>(steps));
+    const cuda::device_statistics statistics = loader.statistics();
+    CHECK(statistics.on_device);
+    CHECK(statistics.copies == steps);
+    CHECK(statistics.bytes_copied == expected_bytes);
+    CHECK(statistics.host.batches == steps);
+  }
+  trainer.synchronize();
+  const test::cuda_call_counts end = test::cuda_calls();
+  CHECK(end.host_frees - before.host_frees == static_cast<std::int64_t>(2 + in_flight));
+  CHECK(end.device_frees - before.device_frees == static_cast<std::int64_t>(in_flight));
+  CHECK(test::cuda_violations() == 0);
+  for (std::uint64_t step = 0; step < steps; ++step) {
+    CAPTURE(step);
+    REQUIRE(results.contents(step) == test::reference<T>(*dataset, *plan, step, rank, options));
+  }
+}
+
+}  // namespace
+
+TEST_SUITE("device") {
+  TEST_CASE("batches reach the device as the host built them, in order, with no allocation after start") {
+    // Full-length rows (one copy a batch) and rows padded to a multiple (a copy an array),
+    // one buffer in flight (every copy waits for the previous release) and several.
+    check_one_epoch<std::int32_t>(0, 2, 1, 0);
+    check_one_epoch<std::int32_t>(0, 1, 3, 1);
+    check_one_epoch<std::int64_t>(64, 2, 2, 0);
+    check_one_epoch<std::int64_t>(0, 3, 4, 1);
+  }
+
+  TEST_CASE("a consumer holding every device buffer gets a clear error, and can go on") {
+    const auto plan = alpaca_plan(1, 2, 2048);
+    cuda::stream trainer;
+    cuda::device_loader<indexed_dataset> loader(alpaca(), plan, 0, {}, {2, 2}, {2});
+    auto first = loader.next();
+    auto second = loader.next();
+    REQUIRE(first);
+    REQUIRE(second);
+    const std::string message = test::message_of<option_error>([&] { static_cast<void>(loader.next()); });
+    CHECK(message.find("holds all 2 device buffers") != std::string::npos);
+    first->wait(trainer.get());
+    first->release(trainer.get());
+    auto third = loader.next();
+    REQUIRE(third);
+    CHECK(third->step() == 2);
+  }
+
+  TEST_CASE("a read failing at sample k fails the batch holding k; the loader stops cleanly") {
+    const auto plan = alpaca_plan(1, 4, 2048);
+    const std::uint64_t failing_step = 6;
+    const std::uint32_t sample = plan->pieces(failing_step, 0, 0).front().sample;
+    std::uint64_t first_holding = 0;
+    while (first_holding < failing_step) {
+      bool holds = false;
+      for (std::uint32_t slot = 0; slot < 4; ++slot)
+        for (const piece& p : plan->pieces(first_holding, 0, slot)) holds = holds || p.sample == sample;
+      if (holds) break;
+      ++first_holding;
+    }
+    const auto before = test::cuda_calls();
+    {
+      const auto dataset = std::make_shared<const test::failing_dataset>(test::failing_dataset{alpaca(), sample});
+      cuda::stream trainer;
+      cuda::device_loader<test::failing_dataset> loader(dataset, plan, 0, {}, {2, 3}, {2});
+      std::uint64_t delivered = 0;
+      const std::string message = test::message_of<io_error>([&] {
+        while (auto batch = loader.next()) {
+          REQUIRE(batch->step() == delivered);
+          batch->wait(trainer.get());
+          ++delivered;
+        }
+      });
+      CHECK(delivered == first_holding);
+      CHECK(message.find("sample " + std::to_string(sample)) != std::string::npos);
+      CHECK_THROWS_AS(static_cast<void>(loader.next()), io_error);
+    }
+    const auto after = test::cuda_calls();
+    CHECK(after.host_frees - before.host_frees == after.host_allocations - before.host_allocations);
+    CHECK(after.device_frees - before.device_frees == after.device_allocations - before.device_allocations);
+    // And a new loader works.
+    cuda::device_loader<indexed_dataset> again(alpaca(), plan, 0, {}, {2, 3}, {2});
+    CHECK(again.next());
+  }
+
+  TEST_CASE("stopping mid-epoch, holding batches, with copies in flight, leaves nothing behind") {
+    const auto plan = alpaca_plan(1, 4, 2048);
+    for (const std::uint64_t stop : {0, 1, 2, 9}) {
+      CAPTURE(stop);
+      const auto before = test::cuda_calls();
+      {
+        cuda::stream trainer;
+        cuda::device_loader<indexed_dataset> loader(alpaca(), plan, 0, {}, {2, 4}, {3});
+        std::optional<cuda::device_batch<>> held;
+        for (std::uint64_t i = 0; i < stop; ++i) {
+          auto batch = loader.next();
+          REQUIRE(batch);
+          batch->wait(trainer.get());
+          CHECK(cudaLaunchHostFunc(trainer.get(), &train_for_a_while, nullptr) == cudaSuccess);
+          held = std::move(batch);  // the previous one is released on `trainer`
+        }
+        held.reset();
+      }
+      const auto after = test::cuda_calls();
+      CHECK(after.host_frees - before.host_frees == after.host_allocations - before.host_allocations);
+      CHECK(after.device_frees - before.device_frees == after.device_allocations - before.device_allocations);
+    }
+  }
+
+  TEST_CASE("views::to_device: the pipeline's batches, ready on the trainer's stream") {
+    const auto plan = alpaca_plan(1, 4, 2048);
+    cuda::stream trainer;
+    std::uint64_t tokens = 0;
+    std::uint64_t batches = 0;
+    auto device = indexed_dataset(test::alpaca_prefix()) | views::pack({2048, packing_algorithm::randomized_exact_fit}) |
+                  views::shard({1, 4, 7, 0}, 0) | views::prefetch({2, 2}) | views::to_device(trainer.get(), {2, false, true});
+    static_assert(std::ranges::input_range<decltype(device)>);
+    for (const batch_view<>& batch : device) {
+      tokens += batch.real_tokens;
+      ++batches;
+      CHECK(cudaLaunchHostFunc(trainer.get(), &train_for_a_while, nullptr) == cudaSuccess);
+    }
+    std::uint64_t all_tokens = 0;
+    const auto dataset = alpaca();
+    for (std::size_t i = 0; i < dataset->size(); ++i) all_tokens += dataset->length(i);
+    CHECK(tokens == all_tokens);
+    const cuda::device_statistics statistics = device.statistics();
+    CHECK(statistics.copies == batches);
+    // Timed copies: every buffer reused so far had its copy timed.
+    CHECK(statistics.timed_copies + 2 >= batches);
+    CHECK(statistics.timed_copies > 0);
+    CHECK(statistics.copy_seconds > 0);
+    CHECK(statistics.timed_bytes > 0);
+  }
+}
+
+TEST_SUITE("no_device") {
+  TEST_CASE("without a device the loader says why, or hands out host batches when asked to") {
+    REQUIRE_FALSE(cuda::device_available());
+    const auto dataset = alpaca();
+    const auto plan = alpaca_plan(2, 4, 2048);
+    const std::string message =
+        test::message_of<cuda_error>([&] { cuda::device_loader<indexed_dataset> loader(dataset, plan, 0, {}, {}); });
+    CHECK(message.find("no CUDA device") != std::string::npos);
+    CHECK(message.find("host_fallback") != std::string::npos);
+    CHECK(!cuda::no_device_reason().empty());
+
+    const auto before = test::cuda_calls();
+    const batch_options options = masked(0);
+    cuda::device_loader<indexed_dataset> loader(dataset, plan, 1, options, {2, 3}, {2, true});
+    CHECK_FALSE(loader.on_device());
+    std::uint64_t step = 0;
+    while (auto batch = loader.next()) {
+      CHECK_FALSE(batch->on_device());
+      batch->wait(nullptr);  // nothing to wait for
+      REQUIRE(batch->step() == step);
+      REQUIRE(test::contents(batch->view()) == test::reference<std::int32_t>(*dataset, *plan, step, 1, options));
+      ++step;
+    }
+    CHECK(step == plan->schedule.steps());
+    const auto after = test::cuda_calls();
+    CHECK(after.host_allocations == before.host_allocations);
+    CHECK(after.device_allocations == before.device_allocations);
+  }
+}
