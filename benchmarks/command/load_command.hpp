@@ -29,6 +29,7 @@
 #include <limits>
 #include <memory>
 #include <new>
+#include <optional>
 #include <span>
 #include <string>
 #include <system_error>
@@ -78,6 +79,8 @@ struct load_command_options {
   std::uint64_t dump_count = 4;
   std::uint64_t memcpy_buffer_mib = 0;  // 0: twice the last-level cache, within [64, 256] MiB
   std::uint64_t repeat_data = 1;
+  bool device = false;                 // --device: through cuda::device_loader to the GPU
+  std::size_t batches_in_flight = 3;   // --batches-in-flight: device buffers
 };
 
 /// Accepts digits only, from 1 to 2^64 - 1.
@@ -234,67 +237,112 @@ struct load_totals {
   double epoch_switch_seconds = 0;  // stopping a loader, planning the next epoch, starting its loader
 };
 
+/// What every load run starts from: the dataset, the batch options, the first epoch's plan.
+struct load_inputs {
+  std::shared_ptr<const repeated_dataset<indexed_dataset>> dataset;
+  std::vector<std::uint32_t> lengths;  // as `plan` reads them
+  batch_options batching;
+  pack_options packing;
+  schedule_options first_schedule;
+  prefetch_options prefetch;
+  std::shared_ptr<const epoch_plan> first_plan;
+  double first_plan_seconds = 0;
+  std::uint64_t first_steps = 0;
+  batch_layout first_layout;
+
+  /// Epoch e's plan: the first's options with epoch e.
+  [[nodiscard]] std::shared_ptr<const epoch_plan> plan_for(std::uint64_t epoch) const {
+    schedule_options options = first_schedule;
+    options.epoch = epoch;
+    return std::make_shared<const epoch_plan>(plan_epoch(lengths, packing, options));
+  }
+};
+
+/// Checks the options, opens the data and plans the first epoch, with progress lines.
+/// `buffers`: the batch buffers the run allocates up front (refused beyond the machine's memory).
 template <batch_token T>
-int run_load(const load_command_options& o) {
-  const schedule_options first_options{o.world_size,        o.micro_batch, o.packing.seed, o.epoch,
-                                       parse_remainder_policy(o.remainder), !o.no_balance, 0};
-  validate(first_options);
-  const pack_options packing_options = to_pack_options(o.packing);
-  validate(epoch_pack_options(packing_options, first_options));
-  const prefetch_options prefetch{o.threads, o.depth};
-  validate(prefetch);
+load_inputs prepare_load(const load_command_options& o, std::uint64_t buffers) {
+  load_inputs in;
+  in.first_schedule = {o.world_size,        o.micro_batch, o.packing.seed, o.epoch,
+                       parse_remainder_policy(o.remainder), !o.no_balance, 0};
+  validate(in.first_schedule);
+  in.packing = to_pack_options(o.packing);
+  validate(epoch_pack_options(in.packing, in.first_schedule));
+  in.prefetch = {o.threads, o.depth};
+  validate(in.prefetch);
   if (o.epochs > std::numeric_limits<std::uint64_t>::max() - o.epoch)
     throw option_error(fmt::format("--epoch {} --epochs {}: the last epoch is past 2^64 - 1", o.epoch, o.epochs));
 
   // The dataset, opened once and shared by every epoch's loader; its lengths as `plan` reads them.
-  std::shared_ptr<const repeated_dataset<indexed_dataset>> dataset;
-  std::vector<std::uint32_t> lengths;
   {
     progress p("reading " + o.packing.source.data);
-    dataset = std::make_shared<const repeated_dataset<indexed_dataset>>(
+    in.dataset = std::make_shared<const repeated_dataset<indexed_dataset>>(
         std::make_shared<const indexed_dataset>(o.packing.source.data), o.repeat_data);
-    lengths = lengths_of(*dataset, o.packing.source.data);
+    in.lengths = lengths_of(*in.dataset, o.packing.source.data);
   }
-  batch_options batching;
-  batching.pad_to_multiple = o.pad_to_multiple;
-  batching.collate.train_on_inputs = o.train_on_inputs;
+  in.batching.pad_to_multiple = o.pad_to_multiple;
+  in.batching.collate.train_on_inputs = o.train_on_inputs;
   if (!o.prompt_lengths.empty()) {
-    batching.mask = loss_mask::open_prompt_lengths(o.prompt_lengths);
-    batching.mask.check_matches(dataset->original());
+    in.batching.mask = loss_mask::open_prompt_lengths(o.prompt_lengths);
+    in.batching.mask.check_matches(in.dataset->original());
     if (o.repeat_data > 1) {
-      std::vector<std::uint32_t> prompts(dataset->size());
-      for (std::size_t i = 0; i < prompts.size(); ++i) prompts[i] = batching.mask.prompt_length(i % dataset->original().size());
-      batching.mask = loss_mask::from_prompt_lengths(std::move(prompts), o.prompt_lengths);
+      std::vector<std::uint32_t> prompts(in.dataset->size());
+      for (std::size_t i = 0; i < prompts.size(); ++i)
+        prompts[i] = in.batching.mask.prompt_length(i % in.dataset->original().size());
+      in.batching.mask = loss_mask::from_prompt_lengths(std::move(prompts), o.prompt_lengths);
     }
   }
-
-  const auto plan_for = [&](std::uint64_t epoch) {
-    schedule_options options = first_options;
-    options.epoch = epoch;
-    return std::make_shared<const epoch_plan>(plan_epoch(lengths, packing_options, options));
-  };
-  load_totals t;
-  std::shared_ptr<const epoch_plan> first_plan;
   {
-    progress p(fmt::format("planning epoch {} of {} samples", o.epoch, lengths.size()));
+    progress p(fmt::format("planning epoch {} of {} samples", o.epoch, in.lengths.size()));
     const auto start = clock::now();
-    first_plan = plan_for(o.epoch);
-    t.first_plan_seconds = seconds_since(start);
+    in.first_plan = in.plan_for(o.epoch);
+    in.first_plan_seconds = seconds_since(start);
   }
-  const std::uint64_t first_steps = first_plan->schedule.steps();
-  check_start_step(o.start_step, first_steps);
-  const batch_layout first_layout = layout_of(*first_plan, o.pad_to_multiple);
-  validate(first_layout);
-  const std::uint64_t batch_bytes = first_layout.bytes<T>();
+  in.first_steps = in.first_plan->schedule.steps();
+  check_start_step(o.start_step, in.first_steps);
+  in.first_layout = layout_of(*in.first_plan, o.pad_to_multiple);
+  validate(in.first_layout);
+  const std::uint64_t batch_bytes = in.first_layout.bytes<T>();
   // Every buffer of the pool is allocated and zero-filled up front: refuse a pool larger than
   // the machine's memory rather than being killed while filling it.
   if (const std::uint64_t memory = detail::physical_memory_bytes(); memory != 0) {
-    const double pool = static_cast<double>(o.depth) * static_cast<double>(batch_bytes);
+    const double pool = static_cast<double>(buffers) * static_cast<double>(batch_bytes);
     if (pool > static_cast<double>(memory))
       throw option_error(fmt::format("--depth {}: {} buffers of {} bytes need {:.3g} GB, more than this machine's {:.3g} GB",
-                                     o.depth, o.depth, batch_bytes, pool * 1e-9, static_cast<double>(memory) * 1e-9));
+                                     o.depth, buffers, batch_bytes, pool * 1e-9, static_cast<double>(memory) * 1e-9));
   }
   if (!o.dump_batches.empty() && o.dump_count != 0) detail::make_directory(o.dump_batches);
+  return in;
+}
+
+}  // namespace multipack::bench
+
+#if MULTIPACK_BENCH_CUDA
+// The --device run: it needs load_command_options, load_inputs and load_totals above.
+#include "command/device_load.hpp"
+#endif
+
+namespace multipack::bench {
+
+#if MULTIPACK_BENCH_CUDA
+inline constexpr bool built_with_cuda = true;
+#else
+inline constexpr bool built_with_cuda = false;
+struct device_totals {};  // never made: --device is refused without CUDA
+#endif
+
+template <batch_token T>
+int run_load(const load_command_options& o) {
+  const load_inputs in = prepare_load<T>(o, o.device ? o.depth + o.batches_in_flight : o.depth);
+  const auto& dataset = in.dataset;
+  const auto& batching = in.batching;
+  const auto& prefetch = in.prefetch;
+  const auto& first_plan = in.first_plan;
+  const std::uint64_t first_steps = in.first_steps;
+  const auto& packing_options = in.packing;
+  const std::uint64_t batch_bytes = in.first_layout.bytes<T>();
+  load_totals t;
+  t.first_plan_seconds = in.first_plan_seconds;
 
   // The trainer: takes a batch, holds it for --step-ms (sleeping until the step's deadline),
   // gives it back, asks for the next. The deadline advances by the time next() took and the
@@ -305,71 +353,77 @@ int run_load(const load_command_options& o) {
   using loader_type = batch_loader<repeated_dataset<indexed_dataset>, T>;
   const auto step = std::chrono::duration_cast<clock::duration>(std::chrono::duration<double, std::milli>(o.step_ms));
   const std::uint64_t limit = o.max_steps == 0 ? std::numeric_limits<std::uint64_t>::max() : o.max_steps;
-  {
-    progress p(fmt::format("loading rank {}'s batches of {} epoch(s) ({} thread(s), depth {})", o.rank, o.epochs,
-                           o.threads, o.depth));
-    // The clock starts before the first loader is made (its buffers allocated, its workers
-    // started; startup_seconds of the run, as every later epoch's loader is inside it): the
-    // workers may build batches before the constructor returns to this thread (a machine with
-    // fewer cores than threads + 1), and all their work must be inside `seconds`.
-    const clock::time_point start = clock::now();
-    auto loader = std::make_unique<loader_type>(dataset, first_plan, o.rank, batching, prefetch, o.start_step);
-    t.startup_seconds = seconds_since(start);
-    clock::time_point end = start;
-    clock::time_point deadline = clock::now();
-    bool first_call = true;
-    for (std::uint64_t e = o.epoch;; ++e) {
-      while (t.batches < limit) {
-        const auto asked = clock::now();
-        auto lease = loader->next();
-        const auto got = clock::now();
-        // The first batch of the run is the cold start, left out as the prefetcher does.
-        if (!first_call) t.wait_seconds += std::chrono::duration<double>(got - asked).count();
-        if (!lease) break;
-        first_call = false;
-        const batch_view<T>& v = (*lease)->view;
-        ++t.batches;
-        t.tokens += v.flat_length();
-        t.real_tokens += v.real_tokens;
-        t.loss_tokens += v.loss_tokens;
-        t.padding_rows += v.padding_rows;
-        t.output_bytes += v.used_bytes();
-        deadline += got - asked;
-        if (t.dumped < o.dump_count && !o.dump_batches.empty()) {
-          const auto dump_start = clock::now();
-          const std::string stem = o.epochs > 1 ? fmt::format("epoch{}_step{:06}_rank{}", e, lease->step(), o.rank)
-                                                : fmt::format("step{:06}_rank{}", lease->step(), o.rank);
-          detail::dump_batch(o.dump_batches, stem, v);
-          ++t.dumped;
-          const auto dump_time = clock::now() - dump_start;
-          t.dump_seconds += std::chrono::duration<double>(dump_time).count();
-          deadline += dump_time;
+  std::optional<device_totals> device;
+#if MULTIPACK_BENCH_CUDA
+  if (o.device) device = run_device_epochs<T>(o, in, t);
+#endif
+  if (!o.device) {
+    {
+      progress p(fmt::format("loading rank {}'s batches of {} epoch(s) ({} thread(s), depth {})", o.rank, o.epochs,
+                             o.threads, o.depth));
+      // The clock starts before the first loader is made (its buffers allocated, its workers
+      // started; startup_seconds of the run, as every later epoch's loader is inside it): the
+      // workers may build batches before the constructor returns to this thread (a machine with
+      // fewer cores than threads + 1), and all their work must be inside `seconds`.
+      const clock::time_point start = clock::now();
+      auto loader = std::make_unique<loader_type>(dataset, first_plan, o.rank, batching, prefetch, o.start_step);
+      t.startup_seconds = seconds_since(start);
+      clock::time_point end = start;
+      clock::time_point deadline = clock::now();
+      bool first_call = true;
+      for (std::uint64_t e = o.epoch;; ++e) {
+        while (t.batches < limit) {
+          const auto asked = clock::now();
+          auto lease = loader->next();
+          const auto got = clock::now();
+          // The first batch of the run is the cold start, left out as the prefetcher does.
+          if (!first_call) t.wait_seconds += std::chrono::duration<double>(got - asked).count();
+          if (!lease) break;
+          first_call = false;
+          const batch_view<T>& v = (*lease)->view;
+          ++t.batches;
+          t.tokens += v.flat_length();
+          t.real_tokens += v.real_tokens;
+          t.loss_tokens += v.loss_tokens;
+          t.padding_rows += v.padding_rows;
+          t.output_bytes += v.used_bytes();
+          deadline += got - asked;
+          if (t.dumped < o.dump_count && !o.dump_batches.empty()) {
+            const auto dump_start = clock::now();
+            const std::string stem = o.epochs > 1 ? fmt::format("epoch{}_step{:06}_rank{}", e, lease->step(), o.rank)
+                                                  : fmt::format("step{:06}_rank{}", lease->step(), o.rank);
+            detail::dump_batch(o.dump_batches, stem, v);
+            ++t.dumped;
+            const auto dump_time = clock::now() - dump_start;
+            t.dump_seconds += std::chrono::duration<double>(dump_time).count();
+            deadline += dump_time;
+          }
+          if (o.step_ms > 0) {
+            deadline += step;
+            std::this_thread::sleep_until(deadline);
+          }
         }
-        if (o.step_ms > 0) {
-          deadline += step;
-          std::this_thread::sleep_until(deadline);
-        }
-      }
-      end = clock::now();
-      const prefetch_statistics s = loader->statistics();
-      t.busy_seconds += s.producer_busy_seconds;
-      t.ready_sum += s.mean_ready * static_cast<double>(s.batches);
-      t.max_ready = std::max(t.max_ready, s.max_ready);
-      if (e - o.epoch + 1 == o.epochs || t.batches == limit) break;  // the last loader stops below, mid-epoch or not
+        end = clock::now();
+        const prefetch_statistics s = loader->statistics();
+        t.busy_seconds += s.producer_busy_seconds;
+        t.ready_sum += s.mean_ready * static_cast<double>(s.batches);
+        t.max_ready = std::max(t.max_ready, s.max_ready);
+        if (e - o.epoch + 1 == o.epochs || t.batches == limit) break;  // the last loader stops below, mid-epoch or not
 
-      const auto switch_start = clock::now();
-      loader.reset();
-      const auto plan_start = clock::now();
-      std::shared_ptr<const epoch_plan> plan = plan_for(e + 1);
-      t.later_plan_seconds += seconds_since(plan_start);
-      loader = std::make_unique<loader_type>(dataset, std::move(plan), o.rank, batching, prefetch, 0);
-      const auto switched = clock::now() - switch_start;
-      t.epoch_switch_seconds += std::chrono::duration<double>(switched).count();
-      t.wait_seconds += std::chrono::duration<double>(switched).count();
-      deadline += switched;
+        const auto switch_start = clock::now();
+        loader.reset();
+        const auto plan_start = clock::now();
+        std::shared_ptr<const epoch_plan> plan = in.plan_for(e + 1);
+        t.later_plan_seconds += seconds_since(plan_start);
+        loader = std::make_unique<loader_type>(dataset, std::move(plan), o.rank, batching, prefetch, 0);
+        const auto switched = clock::now() - switch_start;
+        t.epoch_switch_seconds += std::chrono::duration<double>(switched).count();
+        t.wait_seconds += std::chrono::duration<double>(switched).count();
+        deadline += switched;
+      }
+      t.seconds = std::max(0.0, std::chrono::duration<double>(end - start).count() - t.dump_seconds);
+      loader.reset();  // stopped mid-epoch with --max-steps: its workers finish their batch and join
     }
-    t.seconds = std::max(0.0, std::chrono::duration<double>(end - start).count() - t.dump_seconds);
-    loader.reset();  // stopped mid-epoch with --max-steps: its workers finish their batch and join
   }
   const std::uint64_t peak = peak_rss_bytes();
 
@@ -445,6 +499,24 @@ int run_load(const load_command_options& o) {
     out["later_plan_seconds"] = t.later_plan_seconds;
     out["epoch_switch_seconds"] = t.epoch_switch_seconds;
     out["dumped_batches"] = t.dumped;
+    out["device"] = o.device;
+#if MULTIPACK_BENCH_CUDA
+    if (device) {
+      out["batches_in_flight"] = device->batches_in_flight;
+      out["copies"] = device->copies;
+      out["device_bytes_copied"] = device->bytes_copied;
+      out["h2d_bytes_per_second"] = device->h2d_bytes_per_second();
+      out["pinned_peak_bytes_per_second"] = device->pinned_peak_bytes_per_second;
+      out["pageable_bytes_per_second"] = device->pageable_bytes_per_second;
+      out["h2d_over_pinned_peak"] = device->pinned_peak_bytes_per_second > 0
+                                        ? device->h2d_bytes_per_second() / device->pinned_peak_bytes_per_second
+                                        : 0.0;
+      out["trainer_stream_wait_seconds"] = device->trainer_wait_seconds;
+      out["trainer_stream_seconds"] = device->trainer_span_seconds;
+      out["trainer_stream_wait_fraction"] = device->trainer_wait_fraction();
+      out["pinned_allocations_after_start"] = device->pinned_allocations_after_start;
+    }
+#endif
     fmt::print("{}\n", out.dump());
     return 0;
   }
@@ -479,6 +551,20 @@ int run_load(const load_command_options& o) {
   fmt::print("  ready ahead    {:>14.2f}   batches, mean at a next(); most {}\n", mean_ready, t.max_ready);
   fmt::print("  memory         {:>14L}   bytes a buffer; peak resident {:L} bytes\n", batch_bytes, peak);
   if (t.dumped != 0) fmt::print("  dumped         {:>14L}   batches to {}\n", t.dumped, o.dump_batches);
+#if MULTIPACK_BENCH_CUDA
+  if (device) {
+    const double h2d = device->h2d_bytes_per_second();
+    fmt::print("  device copies  {:>14L}   {:L} bytes, {} buffers in flight; pinned allocations after start: {}\n",
+               device->copies, device->bytes_copied, device->batches_in_flight, device->pinned_allocations_after_start);
+    fmt::print("  h2d            {:>10.3f} GB/s   pinned peak {:.3f} GB/s (x {:.3f} of it), pageable {:.3f} GB/s\n",
+               h2d / gb, device->pinned_peak_bytes_per_second / gb,
+               device->pinned_peak_bytes_per_second > 0 ? h2d / device->pinned_peak_bytes_per_second : 0.0,
+               device->pageable_bytes_per_second / gb);
+    fmt::print("  trainer stream {:>12.4f} s   waited for copies, {:.3f}% of {:.4f} s (step kernel {} ms)\n",
+               device->trainer_wait_seconds, 100 * device->trainer_wait_fraction(), device->trainer_span_seconds,
+               o.step_ms);
+  }
+#endif
   return 0;
 }
 
@@ -539,6 +625,13 @@ inline void add_load_command(CLI::App& app, load_command_options& o, std::functi
       ->check(positive_integer);
   command->add_option("--dump-count", o.dump_count, "batches --dump-batches writes")->capture_default_str()
       ->check(non_negative_integer);
+  command->add_flag("--device", o.device,
+                    "copy the batches to the GPU through pinned buffers (multipack::cuda); the simulated step "
+                    "is a kernel on the trainer's stream");
+  command->add_option("--batches-in-flight", o.batches_in_flight, "with --device: device buffers")
+      ->capture_default_str()
+      ->check(positive_integer)
+      ->check(CLI::Range(std::size_t{1}, std::size_t{1024}));
   command->callback([&o, &action, refused] {
     for (const CLI::Option* option : refused)
       if (option->count() != 0) {
@@ -553,6 +646,11 @@ inline void add_load_command(CLI::App& app, load_command_options& o, std::functi
                                                        o.world_size, o.world_size - 1));
     if (o.threads > 1024)
       throw CLI::ValidationError("--threads", fmt::format("{} threads; at most 1024 are supported", o.threads));
+    if (o.device && !built_with_cuda)
+      throw CLI::ValidationError("--device", "this multipack-bench was built without CUDA (no CUDA Toolkit, or a "
+                                             "sanitizer build): rebuild where /usr/local/cuda is installed");
+    if (o.device && !o.dump_batches.empty())
+      throw CLI::ValidationError("--dump-batches", "the batches of --device are in device memory; dump without --device");
     action = [&] { return run_load_command(o); };
   });
 }

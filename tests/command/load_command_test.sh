@@ -533,6 +533,27 @@ expect_error "capacity" --capacity 0
 expect_error "--repeat-data" --repeat-data 0
 expect_error "--depth 1000000000" --depth 1000000000
 expect_error "$work/a-file/batches" --dump-batches "$work/a-file/batches"
+expect_error "--dump-batches" --device --dump-batches "$work/batches"
+expect_error "--batches-in-flight" --device --batches-in-flight 0
+
+# ---------------------------------------------------------------------------------------------
+# 6. --device: on a machine with a GPU it copies the batches there (the figures are checked for
+# sense, not speed); without one, or in a build without CUDA, one line says why.
+run --device --max-steps 5 --step-ms 1 --json
+if [[ $rc -eq 0 ]]; then
+  python3 - "$work/out" <<'PY' || fail "--device: the report does not add up"
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["device"] is True and r["batches"] == 5 and r["copies"] == 5, r
+assert r["device_bytes_copied"] == r["output_bytes"], r
+assert r["h2d_bytes_per_second"] > 0 and r["pinned_peak_bytes_per_second"] > 0 and r["pageable_bytes_per_second"] > 0, r
+assert r["pinned_allocations_after_start"] == 0, r
+assert 0 <= r["trainer_stream_wait_fraction"] <= 1, r
+PY
+  ok "--device: 5 batches copied, rates and the trainer stream's wait reported"
+else
+  expect_error "--device" --device --max-steps 5
+fi
 
 rm -rf "$work"
 echo "all load command checks passed"

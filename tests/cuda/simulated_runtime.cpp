@@ -101,11 +101,10 @@ struct CUevent_st {
     return recorded;
   }
   void complete(std::uint64_t record) {
-    {
-      const std::lock_guard lock(mutex);
-      completed = std::max(completed, record);
-      at = clock_type::now();
-    }
+    // Notified under the lock: a waiter may destroy the event as soon as it sees the record.
+    const std::lock_guard lock(mutex);
+    completed = std::max(completed, record);
+    at = clock_type::now();
     changed.notify_all();
   }
   void wait_for(std::uint64_t record) {

@@ -326,6 +326,8 @@ class device_loader {
     auto host = loader_.next();
     if (!host) return std::nullopt;
     const batch_view<T>& from = (*host)->view;
+    const std::uint64_t step = (*host)->step;  // read now: once queued, the lease may go at any time
+    const std::uint32_t rank = (*host)->rank;
 
     if (slot.timing_pending) add_timing(slot);
     cudaStream_t copy = copy_->get();
@@ -344,6 +346,7 @@ class device_loader {
 
     // The pinned buffer goes back to the workers once the copy has run. Host functions on
     // one stream run in order, so the one queued here releases the oldest pending lease.
+    // From here on the lease (and `from`) may be released at any moment: not read again.
     const std::size_t tail = pending_tail_ % pending_.size();
     pending_[tail] = std::move(*host);
     const cudaError_t queued = cudaLaunchHostFunc(copy, &release_oldest_pending, this);
@@ -356,7 +359,7 @@ class device_loader {
     ++pending_tail_;
 
     guard.armed = false;
-    return batch(&*ring_, *taken, to, pending_step(tail), pending_rank(tail), slot.copied.get());
+    return batch(&*ring_, *taken, to, step, rank, slot.copied.get());
   }
 
   /// Statistics so far. Consumer thread only. O(1).
@@ -456,9 +459,6 @@ class device_loader {
     ++timed_copies_;
     slot.timing_pending = false;
   }
-
-  std::uint64_t pending_step(std::size_t i) const noexcept { return (*pending_[i])->step; }
-  std::uint32_t pending_rank(std::size_t i) const noexcept { return (*pending_[i])->rank; }
 
   // Runs on a CUDA thread: no CUDA call here. Releasing a lease only enqueues the buffer.
   static void CUDART_CB release_oldest_pending(void* self) {
