@@ -16,8 +16,9 @@
 // - One non-blocking copy stream. For each batch: cudaMemcpyAsync of the used part of the
 //   arrays (one call when the rows are full length), then an event the consumer's stream
 //   waits on with cudaStreamWaitEvent: no host synchronization anywhere on the way.
-// - A pinned buffer goes back to the workers once its copy has run (a host function queued
-//   on the copy stream after the copy gives it back).
+// - A pinned buffer goes back to the workers once its copy has run: next() gives back those
+//   whose copy event has passed (no host callback, which would stall the copy stream), and
+//   waits for the oldest only when every pinned buffer is waiting for its copy.
 // - A device buffer is overwritten only after the consumer released its batch and the work
 //   queued on the consumer's stream before the release has passed: release records an event
 //   on that stream, and the copy stream waits for it before the next copy into that buffer.
@@ -31,9 +32,6 @@
 
 #include <cuda_runtime_api.h>
 
-#include <atomic>
-#include <chrono>
-#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -273,20 +271,20 @@ class device_loader {
         on_device_(checked_device(device)),
         copy_(make_copy_stream()),
         ring_(make_ring(plan, options.pad_to_multiple)),
-        pending_(on_device_ ? prefetch.depth + device.batches_in_flight : 0),
+        pending_(make_pending(on_device_ ? prefetch.depth + device.batches_in_flight : 0)),
         loader_(std::move(dataset), std::move(plan), rank, with_memory(std::move(options)), with_depth(prefetch),
                 start_step) {}
 
   device_loader(const device_loader&) = delete;
   device_loader& operator=(const device_loader&) = delete;
 
-  /// Waits for the copies and the callbacks still queued, for the consumer work before
+  /// Waits for the copies still queued, for the consumer work before
   /// every release, then stops the workers and frees the memory. Every batch must have been
   /// released before. Never throws.
   ~device_loader() {
     if (!on_device_) return;
     static_cast<void>(cudaStreamSynchronize(copy_->get()));
-    for (auto& lease : pending_) lease.reset();  // any a failed host function left behind
+    for (pending_copy& p : pending_) p.lease.reset();
     ring_->wait_for_releases();
   }
 
@@ -295,8 +293,8 @@ class device_loader {
   /// for its copy (a host prefetch.depth + batches_in_flight batches ahead of the copies).
   /// Throws what batch_loader::next throws (a worker's exception at its step), cuda_error,
   /// and option_error when the consumer holds all batches_in_flight batches. Consumer
-  /// thread only. Cost: a queue operation, 1 to 5 cudaMemcpyAsync, 2 event records, one
-  /// host function; no allocation.
+  /// thread only. Cost: a queue operation, 1 to 5 cudaMemcpyAsync, 2 or 3 event records,
+  /// a cudaEventQuery a finished copy; no allocation.
   [[nodiscard]] std::optional<batch> next() {
     if (!on_device_) {
       auto host = loader_.next();
@@ -344,18 +342,11 @@ class device_loader {
     ++copies_;
     bytes_copied_ += slot.bytes;
 
-    // The pinned buffer goes back to the workers once the copy has run. Host functions on
-    // one stream run in order, so the one queued here releases the oldest pending lease.
-    // From here on the lease (and `from`) may be released at any moment: not read again.
-    const std::size_t tail = pending_tail_ % pending_.size();
-    pending_[tail] = std::move(*host);
-    const cudaError_t queued = cudaLaunchHostFunc(copy, &release_oldest_pending, this);
-    if (queued != cudaSuccess) {
-      // Nothing will release it: keep the lease until the stream has drained, then drop it.
-      static_cast<void>(cudaStreamSynchronize(copy));
-      pending_[tail].reset();
-      multipack::detail::check_cuda(queued, "cudaLaunchHostFunc(release of a pinned buffer)", __FILE__, __LINE__);
-    }
+    // The pinned buffer goes back to the workers once this event has passed (seen at a later
+    // next()). From here on `host` is not read again.
+    pending_copy& pending = pending_[pending_tail_ % pending_.size()];
+    pending.copied.record(copy);
+    pending.lease = std::move(*host);
     ++pending_tail_;
 
     guard.armed = false;
@@ -460,54 +451,54 @@ class device_loader {
     slot.timing_pending = false;
   }
 
-  // Runs on a CUDA thread: no CUDA call here. Releasing a lease only enqueues the buffer.
-  static void CUDART_CB release_oldest_pending(void* self) {
-    auto* loader = static_cast<device_loader*>(self);
-    // Only this function (one stream: one at a time, in order) advances the count.
-    const std::size_t oldest = loader->pending_released_.load(std::memory_order_relaxed);
-    std::optional<host_lease>& entry = loader->pending_[oldest % loader->pending_.size()];
-    host_lease lease = std::move(*entry);
-    entry.reset();
-    lease.release();
-    {
-      const std::lock_guard lock(loader->pending_mutex_);
-      loader->pending_released_.store(oldest + 1, std::memory_order_release);
+  /// Gives back the pinned buffers whose copies have run, oldest first (copies run in
+  /// order). Never blocks. Throws cuda_error if the copy stream failed.
+  void release_finished_copies() {
+    while (pending_head_ < pending_tail_) {
+      pending_copy& oldest = pending_[pending_head_ % pending_.size()];
+      const cudaError_t state = cudaEventQuery(oldest.copied.get());
+      if (state == cudaErrorNotReady) return;
+      MULTIPACK_CUDA_CHECK(state);
+      oldest.lease.reset();
+      ++pending_head_;
     }
-    loader->pending_changed_.notify_one();
   }
 
-  /// Blocks until fewer than all pinned buffers wait for their copies, so that the workers
-  /// have one to build the next batch in. The copies queued may be waiting for the trainer's
-  /// stream to release device buffers: this is where a host that runs ahead of the GPU
-  /// waits. Throws cuda_error if the copy stream fails meanwhile.
+  /// Makes sure a pinned buffer is free or being built before asking the workers for the
+  /// next batch: when every one waits for its copy, blocks until the oldest copy has run.
+  /// (The copies queued may be waiting for the trainer's stream to release device buffers:
+  /// this is where a host that runs ahead of the GPU waits.) Throws cuda_error.
   void wait_for_a_pinned_buffer() {
-    const auto below_limit = [this] {
-      return pending_tail_ - pending_released_.load(std::memory_order_acquire) < pending_.size();
-    };
-    if (below_limit()) return;
-    std::unique_lock lock(pending_mutex_);
-    while (!pending_changed_.wait_for(lock, std::chrono::milliseconds(100), below_limit)) {
-      const cudaError_t state = cudaStreamQuery(copy_->get());
-      if (state != cudaSuccess && state != cudaErrorNotReady)
-        multipack::detail::check_cuda(state, "cudaStreamQuery(copy stream)", __FILE__, __LINE__);
-    }
+    release_finished_copies();
+    if (pending_tail_ - pending_head_ < pending_.size()) return;
+    pending_[pending_head_ % pending_.size()].copied.synchronize();
+    release_finished_copies();
   }
 
   using host_lease = typename batch_loader<D, T>::lease;
+  struct pending_copy {
+    std::optional<host_lease> lease;
+    event copied;  ///< recorded on the copy stream after the copy from the lease's buffer
+  };
+
+  static std::vector<pending_copy> make_pending(std::size_t count) {
+    std::vector<pending_copy> pending;
+    pending.reserve(count);
+    for (std::size_t i = 0; i < count; ++i) pending.push_back({std::nullopt, event(false)});
+    return pending;
+  }
+
 
   device_options options_;
   bool on_device_;
   std::unique_ptr<pinned_memory_resource> pinned_;  // outlives the loader's buffers
   std::optional<stream> copy_;
   std::optional<detail::device_ring> ring_;
-  // Leases of pinned buffers whose copy is queued, oldest first: the consumer adds at the
-  // tail (once fewer than all are pending, so the entry there has been released), the copy
-  // stream's host functions release from the oldest, counting in pending_released_.
-  std::vector<std::optional<host_lease>> pending_;
+  // Pinned buffers whose copy is queued, oldest first, in a ring of one entry per pinned
+  // buffer: added at the tail, given back from the head once their event has passed.
+  std::vector<pending_copy> pending_;
+  std::size_t pending_head_ = 0;
   std::size_t pending_tail_ = 0;
-  std::atomic<std::size_t> pending_released_{0};
-  std::mutex pending_mutex_;
-  std::condition_variable pending_changed_;
   std::uint64_t copies_ = 0;
   std::uint64_t bytes_copied_ = 0;
   std::uint64_t timed_copies_ = 0;

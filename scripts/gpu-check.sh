@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# The device check, for a machine with an NVIDIA GPU, in under 5 minutes: builds the CUDA
+# tests and multipack-bench, runs every test labelled cuda (the device ones, skipped
+# elsewhere, included), then `multipack-bench load --device` at four settings, and prints a
+# table last. Figures and logs go to $OUT (or build-gpu/out).
+#
+# Dependencies: the Debian packages of scripts/install-deps where apt works; on a machine
+# that reaches no registry, the copy scripts/gpu-deps leaves in .gpu-deps/root (carry it).
+# The CUDA Toolkit: /usr/local/cuda, or nvcc on the PATH. CUDA_ARCHITECTURES (default 90,
+# the H100 and H200) picks what nvcc builds for.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${OUT:-build-gpu/out}
+mkdir -p "$out"
+started=$(date +%s)
+log() { echo "gpu-check [$(($(date +%s) - started)) s] $*"; }
+
+nvidia-smi --query-gpu=name,driver_version,memory.total,pcie.link.gen.max,pcie.link.width.max --format=csv,noheader ||
+  log "nvidia-smi failed: the device tests will be skipped"
+
+configure=(-DCMAKE_BUILD_TYPE=Release -DMULTIPACK_WERROR=ON -DMULTIPACK_BUILD_EXAMPLES=OFF
+           "-DCMAKE_CUDA_ARCHITECTURES=${CUDA_ARCHITECTURES:-90}")
+if [[ -d .gpu-deps/root ]]; then
+  root=$PWD/.gpu-deps/root
+  configure+=("-DCMAKE_PREFIX_PATH=$root/usr" "-DCMAKE_INCLUDE_PATH=$root/usr/include")
+  export LD_LIBRARY_PATH="$root/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  log "dependencies from .gpu-deps"
+elif ! scripts/install-deps; then
+  log "the build's dependencies are missing and apt cannot install them: run scripts/gpu-deps where apt works and carry .gpu-deps"
+  exit 2
+fi
+command -v ninja >/dev/null && configure+=(-G Ninja)
+if [[ ! -x /usr/local/cuda/bin/nvcc ]] && command -v nvcc >/dev/null; then
+  configure+=("-DCUDAToolkit_ROOT=$(dirname "$(dirname "$(command -v nvcc)")")")
+fi
+
+log "configuring"
+cmake -S . -B build-gpu "${configure[@]}" >"$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
+grep -q "multipack::cuda is available" "$out/configure.log" || { log "no CUDA Toolkit found"; tail -30 "$out/configure.log"; exit 1; }
+log "building"
+cmake --build build-gpu -j"$(nproc)" --target test_cuda_device_loader_real test_cuda_device_loader_simulated \
+  test_cuda_nvcc_translation_unit multipack-bench >"$out/build.log" 2>&1 || { tail -40 "$out/build.log"; exit 1; }
+
+log "CUDA tests"
+ctest --test-dir build-gpu -L cuda --output-on-failure --timeout 240 2>&1 | tee "$out/ctest.txt"
+tests_ok=${PIPESTATUS[0]}
+
+bench=build-gpu/bin/multipack-bench
+prompts=data/alpaca/prompt_lengths.txt
+runs=(
+  "int32-step0|--repeat-data 40 --step-ms 0"
+  "int64-step0|--repeat-data 40 --step-ms 0 --int64"
+  "int32-step5|--repeat-data 40 --step-ms 5 --max-steps 300"
+  "int64-step5|--repeat-data 40 --step-ms 5 --max-steps 300 --int64"
+)
+for entry in "${runs[@]}"; do
+  name=${entry%%|*}
+  log "load --device: $name"
+  # shellcheck disable=SC2086  # the flags are words
+  "$bench" load --device --prompt-lengths "$prompts" --micro-batch 16 --capacity 4096 --threads 4 --depth 8 \
+    --batches-in-flight 3 ${entry#*|} --json >"$out/load-$name.json" 2>"$out/load-$name.err" ||
+    { log "load --device $name failed: $(cat "$out/load-$name.err")"; rm -f "$out/load-$name.json"; }
+done
+
+log "done"
+python3 - "$out" <<'PY'
+import glob, json, os, sys
+rows = []
+for path in sorted(glob.glob(os.path.join(sys.argv[1], "load-*.json"))):
+    r = json.load(open(path))
+    name = os.path.basename(path)[5:-5]
+    rows.append("| {} | {} | {:.2f} | {:.2f} | {:.3f} | {:.2f} | {:.3f} % | {} | {:.2f} |".format(
+        name, r["batches"], r["h2d_bytes_per_second"] / 1e9, r["pinned_peak_bytes_per_second"] / 1e9,
+        r["h2d_over_pinned_peak"], r["pageable_bytes_per_second"] / 1e9, 100 * r["trainer_stream_wait_fraction"],
+        r["pinned_allocations_after_start"], r["output_bytes_per_second"] / 1e9))
+print("| run (16 x 4096, prompts masked, 4 threads, depth 8, 3 in flight) | batches | h2d GB/s | pinned peak GB/s | h2d / peak | pageable GB/s | trainer stream waited | pinned allocations after start | host build GB/s |")
+print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+print("\n".join(rows) if rows else "| (no load run succeeded) |")
+PY
+exit "$tests_ok"
