@@ -25,7 +25,8 @@ endif()
 # benchmark's busy-wait kernel): only in the top-level, uninstrumented build, since nvcc
 # takes neither the sanitizers' nor our warnings' flags.
 set(multipack_has_nvcc OFF)
-if(multipack_has_cuda AND multipack_is_top_level AND NOT MULTIPACK_SANITIZE)
+if(multipack_has_cuda AND multipack_is_top_level AND NOT MULTIPACK_SANITIZE
+   AND (MULTIPACK_BUILD_TESTS OR MULTIPACK_BUILD_BENCHMARKS))
   if(NOT DEFINED CMAKE_CUDA_COMPILER AND EXISTS "${CUDAToolkit_NVCC_EXECUTABLE}")
     set(CMAKE_CUDA_COMPILER "${CUDAToolkit_NVCC_EXECUTABLE}")
   endif()

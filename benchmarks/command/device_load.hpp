@@ -146,9 +146,7 @@ device_totals run_device_epochs(const load_command_options& o, const load_inputs
       d.copy_seconds += s.copy_seconds;
       d.timed_bytes += s.timed_bytes;
       d.pinned_allocations_after_start += l.pinned_memory()->allocations() - pinned_at_start;
-      t.busy_seconds += s.host.producer_busy_seconds;
-      t.ready_sum += s.host.mean_ready * static_cast<double>(s.host.batches);
-      t.max_ready = std::max(t.max_ready, s.host.max_ready);
+      t.add_prefetch(s.host);
     };
     for (std::uint64_t e = o.epoch;; ++e) {
       while (t.batches < limit) {
@@ -156,13 +154,7 @@ device_totals run_device_epochs(const load_command_options& o, const load_inputs
         auto batch = loader->next();
         if (!first_call) t.wait_seconds += seconds_since(asked);
         if (!batch) break;
-        const batch_view<T>& v = batch->view();
-        ++t.batches;
-        t.tokens += v.flat_length();
-        t.real_tokens += v.real_tokens;
-        t.loss_tokens += v.loss_tokens;
-        t.padding_rows += v.padding_rows;
-        t.output_bytes += v.used_bytes();
+        t.add_batch(batch->view());
         if (first_call) {
           batch->wait(trainer.get());
           span_start.record(trainer.get());

@@ -235,6 +235,23 @@ struct load_totals {
   double startup_seconds = 0;  // the first loader's construction, inside `seconds`
   double later_plan_seconds = 0;
   double epoch_switch_seconds = 0;  // stopping a loader, planning the next epoch, starting its loader
+
+  /// Counts one batch handed to the trainer.
+  template <batch_token T>
+  void add_batch(const batch_view<T>& v) {
+    ++batches;
+    tokens += v.flat_length();
+    real_tokens += v.real_tokens;
+    loss_tokens += v.loss_tokens;
+    padding_rows += v.padding_rows;
+    output_bytes += v.used_bytes();
+  }
+  /// Adds one loader's prefetcher figures (at the end of its epoch).
+  void add_prefetch(const prefetch_statistics& s) {
+    busy_seconds += s.producer_busy_seconds;
+    ready_sum += s.mean_ready * static_cast<double>(s.batches);
+    max_ready = std::max(max_ready, s.max_ready);
+  }
 };
 
 /// What every load run starts from: the dataset, the batch options, the first epoch's plan.
@@ -381,12 +398,7 @@ int run_load(const load_command_options& o) {
           if (!lease) break;
           first_call = false;
           const batch_view<T>& v = (*lease)->view;
-          ++t.batches;
-          t.tokens += v.flat_length();
-          t.real_tokens += v.real_tokens;
-          t.loss_tokens += v.loss_tokens;
-          t.padding_rows += v.padding_rows;
-          t.output_bytes += v.used_bytes();
+          t.add_batch(v);
           deadline += got - asked;
           if (t.dumped < o.dump_count && !o.dump_batches.empty()) {
             const auto dump_start = clock::now();
@@ -404,10 +416,7 @@ int run_load(const load_command_options& o) {
           }
         }
         end = clock::now();
-        const prefetch_statistics s = loader->statistics();
-        t.busy_seconds += s.producer_busy_seconds;
-        t.ready_sum += s.mean_ready * static_cast<double>(s.batches);
-        t.max_ready = std::max(t.max_ready, s.max_ready);
+        t.add_prefetch(loader->statistics());
         if (e - o.epoch + 1 == o.epochs || t.batches == limit) break;  // the last loader stops below, mid-epoch or not
 
         const auto switch_start = clock::now();
@@ -646,11 +655,11 @@ inline void add_load_command(CLI::App& app, load_command_options& o, std::functi
                                                        o.world_size, o.world_size - 1));
     if (o.threads > 1024)
       throw CLI::ValidationError("--threads", fmt::format("{} threads; at most 1024 are supported", o.threads));
+    if (o.device && !o.dump_batches.empty())
+      throw CLI::ValidationError("--dump-batches", "the batches of --device are in device memory; dump without --device");
     if (o.device && !built_with_cuda)
       throw CLI::ValidationError("--device", "this multipack-bench was built without CUDA (no CUDA Toolkit, or a "
                                              "sanitizer build): rebuild where /usr/local/cuda is installed");
-    if (o.device && !o.dump_batches.empty())
-      throw CLI::ValidationError("--dump-batches", "the batches of --device are in device memory; dump without --device");
     action = [&] { return run_load_command(o); };
   });
 }

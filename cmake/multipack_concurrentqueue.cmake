@@ -1,0 +1,17 @@
+# moodycamel's concurrentqueue as the target concurrentqueue::concurrentqueue, wherever it is
+# installed: upstream, vcpkg and Conan ship a CMake config that makes that target; Debian
+# ships only the headers (under <concurrentqueue/...>), for which this makes it. Used by the
+# build and by the installed package config alike.
+if(NOT TARGET concurrentqueue::concurrentqueue)
+  find_package(concurrentqueue CONFIG QUIET)
+endif()
+if(NOT TARGET concurrentqueue::concurrentqueue)
+  find_path(multipack_concurrentqueue_dir NAMES concurrentqueue/concurrentqueue.h
+                                                moodycamel/concurrentqueue.h
+            DOC "directory holding concurrentqueue/ or moodycamel/")
+  if(multipack_concurrentqueue_dir)
+    add_library(concurrentqueue::concurrentqueue INTERFACE IMPORTED)
+    set_target_properties(concurrentqueue::concurrentqueue PROPERTIES
+      INTERFACE_INCLUDE_DIRECTORIES "${multipack_concurrentqueue_dir}")
+  endif()
+endif()

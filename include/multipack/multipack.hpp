@@ -1,0 +1,31 @@
+#pragma once
+// Everything multipack offers on the host, in one include: datasets, packing, the epoch
+// schedule, batches, the prefetcher and the range adaptors. The CUDA room is apart
+// (<multipack/cuda/views.hpp>), as it needs the CUDA runtime.
+
+#include "multipack/batch/collate.hpp"
+#include "multipack/batch/layout.hpp"
+#include "multipack/core/concepts.hpp"
+#include "multipack/core/error.hpp"
+#include "multipack/core/packed_rows.hpp"
+#include "multipack/core/piece.hpp"
+#include "multipack/core/random.hpp"
+#include "multipack/data/dtype.hpp"
+#include "multipack/data/in_memory_dataset.hpp"
+#include "multipack/data/indexed_dataset.hpp"
+#include "multipack/data/indexed_dataset_writer.hpp"
+#include "multipack/data/length_list.hpp"
+#include "multipack/data/loss_mask.hpp"
+#include "multipack/data/prompt_lengths_writer.hpp"
+#include "multipack/pack/options.hpp"
+#include "multipack/pack/pack.hpp"
+#include "multipack/pack/report.hpp"
+#include "multipack/pipeline/batch_loader.hpp"
+#include "multipack/pipeline/prefetcher.hpp"
+#include "multipack/schedule/distributed_env.hpp"
+#include "multipack/schedule/epoch_schedule.hpp"
+#include "multipack/schedule/options.hpp"
+#include "multipack/schedule/plan.hpp"
+#include "multipack/schedule/report.hpp"
+#include "multipack/version.hpp"
+#include "multipack/views.hpp"
