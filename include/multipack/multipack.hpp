@@ -15,6 +15,7 @@
 #include "multipack/data/indexed_dataset.hpp"
 #include "multipack/data/indexed_dataset_writer.hpp"
 #include "multipack/data/length_list.hpp"
+#include "multipack/data/llmc_dataset.hpp"
 #include "multipack/data/loss_mask.hpp"
 #include "multipack/data/prompt_lengths_writer.hpp"
 #include "multipack/pack/options.hpp"

@@ -762,3 +762,94 @@ TEST_CASE("a moved-from dataset is empty, the moved-to one works") {
   CHECK(a.size() == n_small);
   CHECK(a.tokens<std::int32_t>(2)[1] == 6);
 }
+
+// ---------------------------------------------------------------------------------------------
+// fairseq's variant: the same magic and version, no document count, index or modes.
+
+namespace {
+
+/// fairseq's .idx of the samples a Megatron .idx describes: bytes 0-25 of the header, then the
+/// sizes and pointers (which Megatron also writes back to back).
+bytes fairseq_of(const bytes& megatron) {
+  std::uint64_t n = 0;
+  std::memcpy(&n, megatron.data() + 18, 8);
+  REQUIRE(megatron.size() >= 34 + 12 * n);
+  bytes b(26 + 12 * n);
+  std::memcpy(b.data(), megatron.data(), 26);
+  std::memcpy(b.data() + 26, megatron.data() + 34, 12 * n);
+  return b;
+}
+
+}  // namespace
+
+TEST_CASE("fairseq's layout: the Alpaca set without a document index reads the same, told apart by size") {
+  const indexed_dataset megatron(test::alpaca_prefix());
+  const fs::path dir = test::fresh_temp_dir("fairseq_alpaca");
+  const fs::path prefix = dir / "alpaca_fairseq";
+  const bytes idx = fairseq_of(read_bytes(with(test::alpaca_prefix(), ".idx")));
+  write_bytes(with(prefix, ".idx"), idx);
+  fs::copy_file(with(test::alpaca_prefix(), ".bin"), with(prefix, ".bin"));
+  const indexed_dataset fairseq(prefix);
+  CHECK(megatron.format() == index_format::megatron);
+  CHECK(fairseq.format() == index_format::fairseq);
+  CHECK(idx.size() == 26 + 12 * megatron.size());
+  REQUIRE(fairseq.size() == megatron.size());
+  CHECK(fairseq.dtype() == megatron.dtype());
+  CHECK(fairseq.documents().empty());
+  CHECK(fairseq.document_count() == 0);
+  CHECK_FALSE(fairseq.has_sequence_modes());
+  for (std::size_t i = 0; i < megatron.size(); ++i) {
+    REQUIRE(fairseq.length(i) == megatron.length(i));
+    std::vector<std::int32_t> a(megatron.length(i)), b(fairseq.length(i));
+    megatron.read_tokens(i, 0, std::span(a));
+    fairseq.read_tokens(i, 0, std::span(b));
+    REQUIRE(a == b);
+  }
+}
+
+TEST_CASE("a fairseq index whose samples do not lie back to back is an error at the pointer") {
+  const small_set s = make_small("fairseq_gap");
+  bytes b = fairseq_of(s.idx);
+  REQUIRE(indexed_dataset(s.prefix).size() == n_small);
+  put<std::int64_t>(b, 26 + 4 * n_small + 8, 8);  // sample 1 starts at 8, sample 0 ends at 12
+  const auto msg = open_error(s, b);
+  CHECK(test::contains(msg, byte_at(26 + 4 * n_small + 8)));
+  CHECK(test::contains(msg, "back to back"));
+}
+
+TEST_CASE("a fairseq index truncated anywhere or with any byte changed: an error or a sound dataset") {
+  const small_set s = make_small("fairseq_every");
+  const bytes fairseq = fairseq_of(s.idx);
+  {
+    const fs::path prefix = s.dir / "whole";
+    write_bytes(with(prefix, ".idx"), fairseq);
+    write_bytes(with(prefix, ".bin"), s.bin);
+    REQUIRE(indexed_dataset(prefix).format() == index_format::fairseq);
+  }
+  for (std::size_t cut = 0; cut < fairseq.size(); ++cut) {
+    CAPTURE(cut);
+    (void)open_error(s, bytes(fairseq.begin(), fairseq.begin() + static_cast<std::ptrdiff_t>(cut)));
+  }
+  int opened = 0;
+  for (std::size_t at = 0; at < fairseq.size(); ++at)
+    for (unsigned value : {0x00u, 0x01u, 0x80u, 0xffu}) {
+      bytes b = fairseq;
+      b[at] = static_cast<unsigned char>(value);
+      const fs::path prefix = s.dir / "flip";
+      write_bytes(with(prefix, ".idx"), b);
+      write_bytes(with(prefix, ".bin"), s.bin);
+      try {
+        const indexed_dataset ds(prefix);
+        ++opened;
+        for (std::size_t i = 0; i < ds.size(); ++i) {
+          std::vector<std::int64_t> out(ds.length(i));
+          try {
+            ds.read_tokens(i, 0, std::span(out));
+          } catch (const sample_error&) {
+          }
+        }
+      } catch (const format_error&) {
+      }
+    }
+  CHECK(opened > 0);
+}

@@ -178,6 +178,29 @@ constexpr bool exact_convert(From v, To& out) noexcept {
   }
 }
 
+/// Whether every S converts exactly to Out (then a conversion loop needs no check and
+/// vectorises).
+template <class S, class Out>
+constexpr bool always_fits() noexcept {
+  if constexpr (std::is_integral_v<S>)
+    return std::in_range<Out>(std::numeric_limits<S>::min()) && std::in_range<Out>(std::numeric_limits<S>::max());
+  else
+    return false;
+}
+
+/// Converts n stored tokens to Out: returns n, or the index of the first token that has no
+/// exact Out value (out[0, index) are written). O(n), never throws.
+template <class S, class Out>
+std::size_t convert_exactly(const S* src, Out* out, std::size_t n) noexcept {
+  if constexpr (always_fits<S, Out>()) {
+    for (std::size_t k = 0; k < n; ++k) out[k] = static_cast<Out>(src[k]);
+  } else {
+    for (std::size_t k = 0; k < n; ++k)
+      if (!exact_convert(src[k], out[k])) return k;
+  }
+  return n;
+}
+
 /// Text of a token value for error messages (shortest exact form for floats: "0.5", "nan").
 template <class T>
 std::string value_text(T v) {

@@ -15,6 +15,16 @@
 //   byte 34 + 12n     document index int64[d]: 0, end of document 0, ..., n
 //   byte 34+12n+8d    (optional) sequence modes int8[n] (Megatron core, multimodal)
 //
+// fairseq's variant (fairseq/data/indexed_dataset.py, MMapIndexedDataset) has the same magic
+// and version and no document count, document index or modes:
+//
+//   byte 0 magic, byte 9 version, byte 17 dtype, byte 18 sequence count n (as above)
+//   byte 26           sizes     int32[n]
+//   byte 26 + 4n      pointers  int64[n]   back to back from 0 (fairseq's builder writes so)
+//
+// The two are told apart by the file size: exactly 26 + 12n bytes is fairseq's (Megatron's
+// is at least 42 + 12n).
+//
 // PREFIX.bin holds the tokens, in the dtype, wherever the pointers say (back to back when
 // Megatron writes it). "Sequence" (Megatron's word) is what the rest of multipack calls a
 // sample; a document is a run of consecutive samples.
@@ -128,6 +138,7 @@ namespace detail {
 inline constexpr char megatron_idx_magic[9] = {'M', 'M', 'I', 'D', 'I', 'D', 'X', '\0', '\0'};
 inline constexpr std::uint64_t megatron_idx_version = 1;
 inline constexpr std::uint64_t megatron_idx_header_size = 34;
+inline constexpr std::uint64_t fairseq_idx_header_size = 26;
 
 /// PREFIX + suffix, without treating a dot in PREFIX as an extension ("a.v2" -> "a.v2.idx").
 inline std::filesystem::path with_suffix(const std::filesystem::path& prefix, const char* suffix) {
@@ -137,7 +148,10 @@ inline std::filesystem::path with_suffix(const std::filesystem::path& prefix, co
 }
 }  // namespace detail
 
-/// A Megatron-LM indexed dataset opened from PREFIX (PREFIX.idx + PREFIX.bin), both
+/// Which writer's index layout a dataset has (see the header).
+enum class index_format : std::uint8_t { megatron, fairseq };
+
+/// A Megatron-LM (or fairseq) indexed dataset opened from PREFIX (PREFIX.idx + PREFIX.bin), both
 /// memory-mapped. Satisfies multipack::token_dataset.
 ///
 /// Everything in the .idx is checked once, in the constructor; afterwards no access can read
@@ -154,7 +168,8 @@ class indexed_dataset {
   /// multiple of the item size or whose tokens run past the end of the .bin, a document
   /// index that does not start at 0, decreases, or does not end at the sample count.
   /// A file with exactly n bytes after the document index is accepted as Megatron core's
-  /// multimodal layout (sequence_modes); any other trailing length is an error.
+  /// multimodal layout (sequence_modes); any other trailing length is an error. A file of
+  /// exactly 26 + 12n bytes is read as fairseq's layout, whose pointers must run back to back.
   explicit indexed_dataset(std::filesystem::path prefix)
       : prefix_(std::move(prefix)),
         idx_(detail::with_suffix(prefix_, ".idx")),
@@ -185,6 +200,10 @@ class indexed_dataset {
 
   /// The storage type of the tokens in the .bin. O(1), never throws, thread-safe.
   [[nodiscard]] token_dtype dtype() const noexcept { return dtype_; }
+
+  /// Megatron's layout or fairseq's (which has no document index: documents() is empty).
+  /// O(1), never throws, thread-safe.
+  [[nodiscard]] index_format format() const noexcept { return format_; }
 
   /// Megatron's document index: document_count() + 1 non-decreasing sample indices, from 0
   /// to size(); document k is samples [documents()[k], documents()[k+1]). A view over the
@@ -287,11 +306,13 @@ class indexed_dataset {
     swap(count_, other.count_);
     swap(doc_entries_, other.doc_entries_);
     swap(has_modes_, other.has_modes_);
+    swap(header_size_, other.header_size_);
+    swap(format_, other.format_);
   }
 
  private:
   // --- layout ------------------------------------------------------------------------------
-  std::uint64_t sizes_offset() const noexcept { return detail::megatron_idx_header_size; }
+  std::uint64_t sizes_offset() const noexcept { return header_size_; }
   std::uint64_t pointers_offset() const noexcept { return sizes_offset() + 4 * std::uint64_t{count_}; }
   std::uint64_t documents_offset() const noexcept { return sizes_offset() + 12 * std::uint64_t{count_}; }
   std::uint64_t modes_offset() const noexcept { return documents_offset() + 8 * std::uint64_t{doc_entries_}; }
@@ -327,30 +348,14 @@ class indexed_dataset {
     return std::to_string(first + n);
   }
 
-  // Whether every S converts exactly to Out (then the loop needs no check and vectorises).
-  template <class S, class Out>
-  static constexpr bool always_fits() noexcept {
-    if constexpr (std::is_integral_v<S>)
-      return std::in_range<Out>(std::numeric_limits<S>::min()) &&
-             std::in_range<Out>(std::numeric_limits<S>::max());
-    else
-      return false;
-  }
-
   template <class S, class Out, std::size_t Extent>
   void convert_tokens(const S* src, std::span<Out, Extent> out, std::size_t i, std::uint64_t first) const {
-    if constexpr (always_fits<S, Out>()) {
-      for (std::size_t k = 0; k < out.size(); ++k) out[k] = static_cast<Out>(src[k]);
-    } else {
-      for (std::size_t k = 0; k < out.size(); ++k) {
-        if (!detail::exact_convert(src[k], out[k]))
-          throw sample_error(idx_.path().string() + ": sample " + std::to_string(i) +
-                             ", token " + std::to_string(first + k) + ": value " +
-                             detail::value_text(src[k]) + " (" +
-                             std::string(dtype_name(dtype_)) + ") has no exact " +
-                             std::string(detail::type_name<Out>()) + " value");
-      }
-    }
+    const std::size_t bad = detail::convert_exactly(src, out.data(), out.size());
+    if (bad != out.size())
+      throw sample_error(idx_.path().string() + ": sample " + std::to_string(i) + ", token " +
+                         std::to_string(first + bad) + ": value " + detail::value_text(src[bad]) + " (" +
+                         std::string(dtype_name(dtype_)) + ") has no exact " + std::string(detail::type_name<Out>()) +
+                         " value");
   }
 
   // --- validation --------------------------------------------------------------------------
@@ -367,9 +372,54 @@ class indexed_dataset {
                        " (it ends at byte " + std::to_string(file) + ")");
   }
 
+  // The sizes and pointers, one pass. `back_to_back`: each sample must start where the last
+  // one ended, from byte 0 (fairseq's builder writes so; it also tells a Megatron file cut
+  // to fairseq's size from a real fairseq file).
+  void validate_samples(bool back_to_back) {
+    const std::string bin_name = bin_.path().string();
+    const std::uint64_t bin_size = bin_.size();
+    std::uint64_t next = 0;
+    for (std::size_t i = 0; i < count_; ++i) {
+      const std::uint64_t size_at = sizes_offset() + 4 * std::uint64_t{i};
+      const std::uint64_t pointer_at = pointers_offset() + 8 * std::uint64_t{i};
+      const std::int32_t size = raw_size(i);
+      if (size < 0)
+        fail(size_at, "sequence " + std::to_string(i) + " size " + std::to_string(size) +
+                          " is negative");
+      const std::int64_t pointer = raw_pointer(i);
+      if (pointer < 0)
+        fail(pointer_at, "sequence " + std::to_string(i) + " pointer " + std::to_string(pointer) +
+                             " is negative");
+      const auto begin = static_cast<std::uint64_t>(pointer);
+      if (begin % item_size_ != 0)
+        fail(pointer_at, "sequence " + std::to_string(i) + " pointer " + std::to_string(begin) +
+                             " is not a multiple of the " + std::string(dtype_name(dtype_)) +
+                             " item size " + std::to_string(item_size_));
+      const std::uint64_t bytes = static_cast<std::uint64_t>(size) * item_size_;  // < 2^35
+      if (back_to_back && begin != next)
+        fail(pointer_at, "sequence " + std::to_string(i) + " pointer " + std::to_string(begin) + " should be " +
+                             std::to_string(next) + ": fairseq's samples lie back to back from byte 0");
+      next = begin + bytes;
+      if (begin > bin_size || bytes > bin_size - begin)
+        fail(pointer_at, "sequence " + std::to_string(i) + " (" + std::to_string(size) +
+                             " tokens at pointer " + std::to_string(begin) + ") ends at byte " +
+                             std::to_string(begin + bytes) + " of " + bin_name +
+                             ", past its end: " + bin_name + " has " +
+                             std::to_string(bin_size) + " bytes");
+    }
+  }
+
+  void validate_fairseq(std::uint64_t n) {
+    if (n > std::numeric_limits<std::size_t>::max()) fail(18, "sequence count exceeds this platform's size_t");
+    format_ = index_format::fairseq;
+    header_size_ = detail::fairseq_idx_header_size;
+    count_ = static_cast<std::size_t>(n);
+    doc_entries_ = 0;
+    validate_samples(true);
+  }
+
   void validate() {
     const std::uint64_t file = idx_.size();
-    const std::string bin_name = bin_.path().string();
 
     // Header. The magic is compared first, even on a short file, so that a file of another
     // format is reported as such rather than as truncated.
@@ -387,6 +437,11 @@ class indexed_dataset {
     item_size_ = dtype_size(dtype_);
     need(18, 8, "sequence count");
     const auto n = load<std::uint64_t>(18);
+    if (file >= detail::fairseq_idx_header_size && (file - detail::fairseq_idx_header_size) % 12 == 0 &&
+        (file - detail::fairseq_idx_header_size) / 12 == n) {
+      validate_fairseq(n);
+      return;
+    }
     need(26, 8, "document count");
     const auto d = load<std::uint64_t>(26);
 
@@ -417,32 +472,7 @@ class indexed_dataset {
       has_modes_ = true;
     }
 
-    // sizes and pointers, one pass.
-    const std::uint64_t bin_size = bin_.size();
-    for (std::size_t i = 0; i < count_; ++i) {
-      const std::uint64_t size_at = sizes_offset() + 4 * std::uint64_t{i};
-      const std::uint64_t pointer_at = pointers_offset() + 8 * std::uint64_t{i};
-      const std::int32_t size = raw_size(i);
-      if (size < 0)
-        fail(size_at, "sequence " + std::to_string(i) + " size " + std::to_string(size) +
-                          " is negative");
-      const std::int64_t pointer = raw_pointer(i);
-      if (pointer < 0)
-        fail(pointer_at, "sequence " + std::to_string(i) + " pointer " + std::to_string(pointer) +
-                             " is negative");
-      const auto begin = static_cast<std::uint64_t>(pointer);
-      if (begin % item_size_ != 0)
-        fail(pointer_at, "sequence " + std::to_string(i) + " pointer " + std::to_string(begin) +
-                             " is not a multiple of the " + std::string(dtype_name(dtype_)) +
-                             " item size " + std::to_string(item_size_));
-      const std::uint64_t bytes = static_cast<std::uint64_t>(size) * item_size_;  // < 2^35
-      if (begin > bin_size || bytes > bin_size - begin)
-        fail(pointer_at, "sequence " + std::to_string(i) + " (" + std::to_string(size) +
-                             " tokens at pointer " + std::to_string(begin) + ") ends at byte " +
-                             std::to_string(begin + bytes) + " of " + bin_name +
-                             ", past its end: " + bin_name + " has " +
-                             std::to_string(bin_size) + " bytes");
-    }
+    validate_samples(false);
 
     // Document index.
     const std::uint64_t docs_at = documents_offset();
@@ -474,6 +504,8 @@ class indexed_dataset {
   std::size_t count_ = 0;        // sequences (samples)
   std::size_t doc_entries_ = 0;  // entries of the document index (documents + 1)
   bool has_modes_ = false;
+  std::uint64_t header_size_ = detail::megatron_idx_header_size;
+  index_format format_ = index_format::megatron;
 };
 
 /// Exchanges two datasets. O(1), never throws.
