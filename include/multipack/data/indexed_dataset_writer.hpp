@@ -7,6 +7,8 @@
 // Both files are written under temporary names (PREFIX.bin.tmp, PREFIX.idx.tmp) and renamed
 // by finish(), the old PREFIX.idx removed first: a reader never sees a .bin and .idx that
 // disagree, and a writer that dies or is destroyed unfinished leaves no .idx behind.
+// The .idx arrays are spooled to two more temporary files (PREFIX.idx.sizes.tmp,
+// PREFIX.idx.documents.tmp) as samples come, so memory does not grow with the dataset.
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -86,8 +88,26 @@ class buffered_file_writer {
 
   [[nodiscard]] const std::filesystem::path& path() const noexcept { return path_; }
 
- private:
+  /// Writes n bytes at byte `offset` of the file (after flushing), leaving the write position
+  /// at the end: for a header field known only at the end. Throws io_error.
+  void write_at(std::uint64_t offset, const void* data, std::size_t n) {
+    flush();
+    const auto* p = static_cast<const std::byte*>(data);
+    while (n > 0) {
+      const ::ssize_t w = ::pwrite(fd_, p, n, static_cast<::off_t>(offset));
+      if (w < 0) {
+        if (errno == EINTR) continue;
+        fail("write failed", errno);
+      }
+      p += w;
+      n -= static_cast<std::size_t>(w);
+      offset += static_cast<std::uint64_t>(w);
+    }
+  }
+
   static constexpr std::size_t buffer_bytes = std::size_t{1} << 20;
+
+ private:
 
   void flush() {
     write_all(buffer_.data(), buffer_.size());
@@ -115,11 +135,40 @@ class buffered_file_writer {
   std::vector<std::byte> buffer_;
 };
 
+/// Reads a file written by a buffered_file_writer back in chunks of whole T values and calls
+/// `each(std::span<const T>)` for each chunk. Throws io_error naming the file.
+template <class T, class F>
+void for_each_chunk(const std::filesystem::path& path, F&& each) {
+  int fd = -1;
+  do {
+    fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  } while (fd < 0 && errno == EINTR);
+  if (fd < 0) throw io_error(path.string() + ": cannot open: " + std::strerror(errno));
+  std::vector<T> chunk(buffered_file_writer::buffer_bytes / sizeof(T));
+  std::size_t held = 0;  // bytes in chunk
+  for (;;) {
+    const ::ssize_t r = ::read(fd, reinterpret_cast<std::byte*>(chunk.data()) + held, chunk.size() * sizeof(T) - held);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) {
+      const int e = errno;
+      ::close(fd);
+      throw io_error(path.string() + ": read failed: " + std::strerror(e));
+    }
+    held += static_cast<std::size_t>(r);
+    if (r == 0 || held == chunk.size() * sizeof(T)) {
+      each(std::span<const T>(chunk.data(), held / sizeof(T)));
+      held = 0;
+      if (r == 0) break;
+    }
+  }
+  ::close(fd);
+}
+
 }  // namespace detail
 
 /// Streams samples into a Megatron indexed dataset at PREFIX. Not thread-safe: one thread
-/// at a time per writer. Memory: 4 bytes per sample and 8 per document (the .idx arrays,
-/// kept until finish(), as Megatron does) plus a 1 MiB write buffer.
+/// at a time per writer. Memory: three 1 MiB write buffers, whatever the dataset's size (the
+/// .idx arrays are spooled to temporary files and assembled by finish()).
 class indexed_dataset_writer {
  public:
   /// Creates PREFIX.bin.tmp for tokens of type `dtype`. Throws option_error for a dtype value
@@ -130,6 +179,9 @@ class indexed_dataset_writer {
       throw option_error("indexed_dataset_writer: invalid token_dtype value " +
                          std::to_string(static_cast<unsigned>(dtype)));
     bin_ = detail::buffered_file_writer(path_with(".bin.tmp"));
+    sizes_ = detail::buffered_file_writer(path_with(".idx.sizes.tmp"));
+    documents_ = detail::buffered_file_writer(path_with(".idx.documents.tmp"));
+    documents_.write_value(std::int64_t{0});  // the document index starts with 0
   }
 
   indexed_dataset_writer(const indexed_dataset_writer&) = delete;
@@ -141,7 +193,10 @@ class indexed_dataset_writer {
         item_size_(other.item_size_),
         bin_(std::move(other.bin_)),
         sizes_(std::move(other.sizes_)),
-        document_indices_(std::move(other.document_indices_)),
+        documents_(std::move(other.documents_)),
+        samples_(other.samples_),
+        document_entries_(other.document_entries_),
+        last_document_end_(other.last_document_end_),
         bin_bytes_(other.bin_bytes_),
         state_(std::exchange(other.state_, state::finished)) {}
   indexed_dataset_writer& operator=(indexed_dataset_writer&&) = delete;
@@ -151,9 +206,11 @@ class indexed_dataset_writer {
   ~indexed_dataset_writer() {
     if (state_ == state::finished) return;
     bin_.abandon();
+    sizes_.abandon();
+    documents_.abandon();
     std::error_code ignored;
-    std::filesystem::remove(path_with(".bin.tmp"), ignored);
-    std::filesystem::remove(path_with(".idx.tmp"), ignored);
+    for (const char* suffix : {".bin.tmp", ".idx.tmp", ".idx.sizes.tmp", ".idx.documents.tmp"})
+      std::filesystem::remove(path_with(suffix), ignored);
   }
 
   /// Appends one sample. Every token must have an exact value in the dtype: otherwise throws
@@ -164,7 +221,7 @@ class indexed_dataset_writer {
   template <plain_integral T>
   void add_sample(std::span<const T> tokens) {
     require_open("add_sample");
-    const std::size_t sample = sizes_.size();
+    const std::uint64_t sample = samples_;
     if (tokens.size() > static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max()))
       throw option_error(name() + ": sample " + std::to_string(sample) + " has " +
                          std::to_string(tokens.size()) +
@@ -191,7 +248,10 @@ class indexed_dataset_writer {
       }
       state_ = state::open;
     });
-    sizes_.push_back(static_cast<std::int32_t>(tokens.size()));
+    state_ = state::broken;
+    sizes_.write_value(static_cast<std::int32_t>(tokens.size()));
+    state_ = state::open;
+    ++samples_;
     bin_bytes_ += bytes;
   }
 
@@ -205,10 +265,14 @@ class indexed_dataset_writer {
 
   /// Ends the current document: appends the number of samples so far to the document index,
   /// as Megatron's end_document() does (twice in a row makes an empty document). O(1)
-  /// amortised. Throws option_error after finish().
+  /// amortised. Throws option_error after finish(), io_error when the spool write fails.
   void end_document() {
     require_open("end_document");
-    document_indices_.push_back(static_cast<std::int64_t>(sizes_.size()));
+    state_ = state::broken;
+    documents_.write_value(static_cast<std::int64_t>(samples_));
+    state_ = state::open;
+    ++document_entries_;
+    last_document_end_ = samples_;
   }
 
   /// Writes PREFIX.idx and puts both files in place. Samples added after the last
@@ -220,24 +284,38 @@ class indexed_dataset_writer {
   void finish() {
     require_open("finish");
     state_ = state::broken;  // until everything is in place
-    if (document_indices_.back() != static_cast<std::int64_t>(sizes_.size()))
-      document_indices_.push_back(static_cast<std::int64_t>(sizes_.size()));
+    if (last_document_end_ != samples_) {
+      documents_.write_value(static_cast<std::int64_t>(samples_));
+      ++document_entries_;
+    }
     bin_.close();
+    sizes_.close();
+    documents_.close();
 
     detail::buffered_file_writer idx(path_with(".idx.tmp"));
     idx.write(detail::megatron_idx_magic, sizeof detail::megatron_idx_magic);
     idx.write_value(detail::megatron_idx_version);
     idx.write_value(static_cast<std::uint8_t>(dtype_));
-    idx.write_value(static_cast<std::uint64_t>(sizes_.size()));
-    idx.write_value(static_cast<std::uint64_t>(document_indices_.size()));
-    idx.write(sizes_.data(), sizes_.size() * sizeof(std::int32_t));
+    idx.write_value(static_cast<std::uint64_t>(samples_));
+    idx.write_value(static_cast<std::uint64_t>(document_entries_));
+    const std::filesystem::path sizes_path = path_with(".idx.sizes.tmp");
+    detail::for_each_chunk<std::int32_t>(sizes_path, [&](std::span<const std::int32_t> sizes) {
+      idx.write(sizes.data(), sizes.size_bytes());
+    });
     std::int64_t pointer = 0;
-    for (const std::int32_t size : sizes_) {
-      idx.write_value(pointer);
-      pointer += static_cast<std::int64_t>(size) * static_cast<std::int64_t>(item_size_);
-    }
-    idx.write(document_indices_.data(), document_indices_.size() * sizeof(std::int64_t));
+    detail::for_each_chunk<std::int32_t>(sizes_path, [&](std::span<const std::int32_t> sizes) {
+      for (const std::int32_t size : sizes) {
+        idx.write_value(pointer);
+        pointer += static_cast<std::int64_t>(size) * static_cast<std::int64_t>(item_size_);
+      }
+    });
+    detail::for_each_chunk<std::int64_t>(path_with(".idx.documents.tmp"), [&](std::span<const std::int64_t> entries) {
+      idx.write(entries.data(), entries.size_bytes());
+    });
     idx.close();
+    std::error_code ignored;
+    std::filesystem::remove(sizes_path, ignored);
+    std::filesystem::remove(path_with(".idx.documents.tmp"), ignored);
 
     // Old .idx first: between the renames there is a new .bin and no .idx, never a mismatch.
     std::error_code ec;
@@ -249,9 +327,9 @@ class indexed_dataset_writer {
   }
 
   /// Samples added so far. O(1), never throws.
-  [[nodiscard]] std::size_t size() const noexcept { return sizes_.size(); }
+  [[nodiscard]] std::size_t size() const noexcept { return static_cast<std::size_t>(samples_); }
   /// Entries of the document index so far (1 + documents ended). O(1), never throws.
-  [[nodiscard]] std::size_t document_index_size() const noexcept { return document_indices_.size(); }
+  [[nodiscard]] std::size_t document_index_size() const noexcept { return static_cast<std::size_t>(document_entries_); }
   /// The dtype tokens are stored as. O(1), never throws.
   [[nodiscard]] token_dtype dtype() const noexcept { return dtype_; }
   /// The prefix given to the constructor. O(1), never throws.
@@ -285,8 +363,11 @@ class indexed_dataset_writer {
   token_dtype dtype_;
   std::size_t item_size_;
   detail::buffered_file_writer bin_;
-  std::vector<std::int32_t> sizes_;
-  std::vector<std::int64_t> document_indices_{0};
+  detail::buffered_file_writer sizes_;      // int32 a sample, spooled
+  detail::buffered_file_writer documents_;  // the document index, spooled
+  std::uint64_t samples_ = 0;
+  std::uint64_t document_entries_ = 1;      // the leading 0
+  std::uint64_t last_document_end_ = 0;     // the last entry written
   std::uint64_t bin_bytes_ = 0;
   state state_ = state::open;
 };

@@ -8,6 +8,7 @@
 #include <span>
 #include <string>
 #include <system_error>
+#include <utility>
 
 #include "multipack/core/error.hpp"
 #include "multipack/data/indexed_dataset_writer.hpp"  // detail::buffered_file_writer
@@ -15,34 +16,69 @@
 
 namespace multipack {
 
-/// Writes `prompt_lengths` in the binary form to `path`. The bytes go to "<path>.tmp", which
-/// is then renamed onto `path`: a reader sees the old file or the whole new one, never a
-/// half-written one, and a failed write leaves no temporary behind. Throws io_error naming
-/// the file when it cannot be created, written, closed or renamed. O(samples) written through
-/// a 1 MiB buffer. Thread-safe for different paths (two writers of one path race on the
-/// temporary name).
-inline void write_prompt_lengths(const std::filesystem::path& path,
-                                 std::span<const std::uint32_t> prompt_lengths) {
-  std::filesystem::path tmp = path;
-  tmp += ".tmp";
-  try {
-    detail::buffered_file_writer out(tmp);
-    out.write(detail::prompt_lengths_magic, sizeof detail::prompt_lengths_magic);
-    out.write_value(detail::prompt_lengths_version);
-    out.write_value(std::uint32_t{0});  // reserved
-    out.write_value(static_cast<std::uint64_t>(prompt_lengths.size()));
-    if (!prompt_lengths.empty())  // little-endian host: the array as it is in memory
-      out.write(prompt_lengths.data(), prompt_lengths.size_bytes());
-    out.close();
-    std::error_code ec;
-    std::filesystem::rename(tmp, path, ec);
-    if (ec)
-      throw io_error(tmp.string() + ": cannot rename to " + path.string() + ": " + ec.message());
-  } catch (...) {
-    std::error_code ignored;
-    std::filesystem::remove(tmp, ignored);
-    throw;
+/// Streams prompt lengths, one a sample, into the binary form at `path`: the bytes go to
+/// "<path>.tmp" (the count, known at the end, is written into the header by finish()), which
+/// finish() renames onto `path`: a reader sees the old file or the whole new one, and a
+/// writer destroyed unfinished leaves no temporary behind. Memory: a 1 MiB buffer, whatever
+/// the count. Not thread-safe; throws io_error naming the file when it cannot be created,
+/// written, closed or renamed.
+class prompt_lengths_writer {
+ public:
+  explicit prompt_lengths_writer(std::filesystem::path path) : path_(std::move(path)), tmp_(path_) {
+    tmp_ += ".tmp";
+    out_ = detail::buffered_file_writer(tmp_);
+    out_.write(detail::prompt_lengths_magic, sizeof detail::prompt_lengths_magic);
+    out_.write_value(detail::prompt_lengths_version);
+    out_.write_value(std::uint32_t{0});  // reserved
+    out_.write_value(std::uint64_t{0});  // the count: finish() writes it
   }
+  prompt_lengths_writer(const prompt_lengths_writer&) = delete;
+  prompt_lengths_writer& operator=(const prompt_lengths_writer&) = delete;
+  ~prompt_lengths_writer() {
+    if (finished_) return;
+    out_.abandon();
+    std::error_code ignored;
+    std::filesystem::remove(tmp_, ignored);
+  }
+
+  /// Appends sample size()'s prompt length. O(1) amortised.
+  void add(std::uint32_t prompt_length) {
+    out_.write_value(prompt_length);  // little-endian host: as it is in memory
+    ++count_;
+  }
+  /// Appends many. O(n).
+  void add(std::span<const std::uint32_t> prompt_lengths) {
+    if (!prompt_lengths.empty()) out_.write(prompt_lengths.data(), prompt_lengths.size_bytes());
+    count_ += prompt_lengths.size();
+  }
+
+  /// Writes the count, closes and renames onto the path. Once only.
+  void finish() {
+    if (finished_) throw option_error(path_.string() + ": prompt_lengths_writer::finish() called twice");
+    out_.write_at(16, &count_, sizeof count_);
+    out_.close();
+    std::error_code ec;
+    std::filesystem::rename(tmp_, path_, ec);
+    if (ec) throw io_error(tmp_.string() + ": cannot rename to " + path_.string() + ": " + ec.message());
+    finished_ = true;
+  }
+
+  [[nodiscard]] std::uint64_t size() const noexcept { return count_; }
+
+ private:
+  std::filesystem::path path_;
+  std::filesystem::path tmp_;
+  detail::buffered_file_writer out_;
+  std::uint64_t count_ = 0;
+  bool finished_ = false;
+};
+
+/// Writes `prompt_lengths` in the binary form to `path` at once (see prompt_lengths_writer).
+/// O(samples) written through a 1 MiB buffer. Thread-safe for different paths.
+inline void write_prompt_lengths(const std::filesystem::path& path, std::span<const std::uint32_t> prompt_lengths) {
+  prompt_lengths_writer writer(path);
+  writer.add(prompt_lengths);
+  writer.finish();
 }
 
 }  // namespace multipack
