@@ -13,6 +13,7 @@
 #include <fstream>
 #include <memory>
 #include <iterator>
+#include <functional>
 #include <mutex>
 #include <span>
 #include <string>
@@ -85,7 +86,10 @@ inline bool reset_peak_rss() {
 /// phase has run for a second; short phases print nothing.
 class progress {
  public:
-  explicit progress(std::string what) : what_(std::move(what)), thread_([this] { run(); }) {}
+  /// `status`, when given, is called from the progress thread at each line (it must be
+  /// thread-safe: read atomics) and printed after `what`.
+  explicit progress(std::string what, std::function<std::string()> status = {})
+      : what_(std::move(what)), status_(std::move(status)), thread_([this] { run(); }) {}
   progress(const progress&) = delete;
   progress& operator=(const progress&) = delete;
   ~progress() {
@@ -104,7 +108,8 @@ class progress {
     bool printed = false;
     if (!wake_.wait_for(lock, std::chrono::seconds(1), [this] { return done_; })) {
       do {
-        fmt::print(stderr, "\r{}... {:.1f} s", what_, seconds_since(start));
+        fmt::print(stderr, "\r{}... {}{:.1f} s ", what_, status_ ? status_() + ", " : std::string(),
+                   seconds_since(start));
         std::fflush(stderr);
         printed = true;
       } while (!wake_.wait_for(lock, std::chrono::milliseconds(500), [this] { return done_; }));
@@ -113,6 +118,7 @@ class progress {
   }
 
   std::string what_;
+  std::function<std::string()> status_;
   std::mutex mutex_;
   std::condition_variable wake_;
   bool done_ = false;

@@ -1,4 +1,5 @@
-// multipack-bench: measures multipack on real data. Subcommands: pack, plan, load.
+// multipack-bench: measures multipack on real data. Subcommands: pack, plan, load, and
+// convert (JSON Lines into the indexed format).
 // Errors end with one line on standard error and a non-zero exit status.
 
 #include <cstdio>
@@ -8,6 +9,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "command/convert_command.hpp"
 #include "command/load_command.hpp"
 #include "command/pack_command.hpp"
 #include "command/plan_command.hpp"
@@ -25,6 +27,8 @@ int main(int argc, char** argv) {
   multipack::bench::load_command_options load_options;
   load_options.packing.source.data = MULTIPACK_DEFAULT_DATA;
   multipack::bench::add_load_command(app, load_options, action);
+  multipack::bench::convert_command_options convert_options;
+  multipack::bench::add_convert_command(app, convert_options, action);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -1,0 +1,130 @@
+#!/usr/bin/env bash
+# multipack-bench convert, the way a user sees it: the Alpaca samples written as JSON Lines
+# (with prompt lengths, with labels, with tokens only) come back as the same .bin and .idx
+# byte for byte (uint16, as the original), with the prompt lengths or the token mask their
+# loss-mask companion describes, and load as a dataset; bad lines are one-line errors that
+# name the line and leave no output behind.
+#
+#   bash tests/command/convert_command_test.sh <multipack-bench> <source-dir> <scratch-dir>
+set -euo pipefail
+
+source "$(dirname "$0")/harness.sh" convert "$@"
+prompts=$source_dir/data/alpaca/prompt_lengths.txt
+
+# The checker: python3, standard library only. Reads Megatron's format by itself.
+cat >"$work/check.py" <<'PY'
+import json, struct, sys
+from dump_format import die
+
+def read_index(prefix):
+    idx = open(prefix + '.idx', 'rb').read()
+    assert idx[:9] == b'MMIDIDX\x00\x00', prefix
+    dtype = idx[17]
+    n, d = struct.unpack_from('<QQ', idx, 18)
+    sizes = struct.unpack_from('<%di' % n, idx, 34)
+    pointers = struct.unpack_from('<%dq' % n, idx, 34 + 4 * n)
+    width = {1: 1, 2: 1, 3: 2, 4: 4, 5: 8, 8: 2}[dtype]
+    code = {1: 'B', 2: 'b', 3: 'h', 4: 'i', 5: 'q', 8: 'H'}[dtype]
+    binary = open(prefix + '.bin', 'rb').read()
+    return [list(struct.unpack_from('<%d%s' % (s, code), binary, p)) for s, p in zip(sizes, pointers)]
+
+def read_prompts(path):
+    raw = open(path, 'rb').read()
+    if raw[:8] == b'MPPROMPT':
+        n = struct.unpack_from('<Q', raw, 16)[0]
+        if len(raw) != 24 + 4 * n: die('%s: %d bytes for %d prompt lengths' % (path, len(raw), n))
+        return list(struct.unpack_from('<%dI' % n, raw, 24))
+    return [int(x) for x in raw.split()]
+
+what = sys.argv[1]
+if what == 'write':  # write OUT PREFIX PROMPTS KIND: the samples as JSON Lines
+    out, prefix, prompts, kind = sys.argv[2:6]
+    samples, lengths = read_index(prefix), read_prompts(prompts)
+    with open(out, 'w') as f:
+        for i, (tokens, p) in enumerate(zip(samples, lengths)):
+            record = {'input_ids': tokens}
+            if kind == 'prompt': record['prompt_length'] = p
+            if kind == 'labels': record['labels'] = [-100] * p + tokens[p:]
+            f.write(json.dumps(record) + '\n')
+            if i % 1000 == 999: f.write('\n')  # blank lines are skipped
+elif what == 'mask':  # mask OUT PROMPTS: the token mask says prompt tokens carry no loss
+    out, prompts = sys.argv[2:4]
+    mask, lengths = read_index(out + '.loss_mask'), read_prompts(prompts)
+    tokens = read_index(out)
+    if len(mask) != len(lengths): die('%d mask samples, %d prompt lengths' % (len(mask), len(lengths)))
+    for i, (m, p, t) in enumerate(zip(mask, lengths, tokens)):
+        if m != [0] * p + [1] * (len(t) - p): die('sample %d: mask %r, prompt length %d' % (i, m[:p + 2], p))
+elif what == 'prompts':  # prompts FILE PROMPTS: the binary companion holds the text's values
+    got, want = read_prompts(sys.argv[2]), read_prompts(sys.argv[3])
+    if got != want: die('prompt lengths differ')
+elif what == 'report':  # report JSON SAMPLES TOKENS KIND
+    r = json.load(open(sys.argv[2]))
+    if r['samples'] != int(sys.argv[3]) or r['tokens'] != int(sys.argv[4]) or r['loss_mask'] != sys.argv[5]:
+        die('report %r' % r)
+    if r['blank_lines'] != 5: die('blank lines: %r' % r['blank_lines'])
+PY
+
+tokens_total=$(awk '{ s += $1 } END { print s }' "$lengths_txt")
+samples_total=$(wc -l <"$lengths_txt")
+
+for kind in prompt labels none; do
+  "$python" "$work/check.py" write "$work/$kind.jsonl" "$prefix" "$prompts" "$kind"
+  expect_success --input "$work/$kind.jsonl" --output "$work/out_$kind" --dtype uint16 --json
+  mask_name=$([[ $kind == prompt ]] && echo "prompt lengths" || ([[ $kind == labels ]] && echo labels || echo "no loss mask"))
+  "$python" "$work/check.py" report "$work/out" "$samples_total" "$tokens_total" "$mask_name" || fail "$kind: report"
+  cmp "$work/out_$kind.bin" "$prefix.bin" || fail "$kind: .bin differs from the original"
+  cmp "$work/out_$kind.idx" "$prefix.idx" || fail "$kind: .idx differs from the original"
+  case $kind in
+    prompt) "$python" "$work/check.py" prompts "$work/out_$kind.prompt_lengths" "$prompts" || fail "prompt lengths"
+            [[ ! -e $work/out_$kind.loss_mask.idx ]] || fail "prompt: a token mask was written too" ;;
+    labels) "$python" "$work/check.py" mask "$work/out_$kind" "$prompts" || fail "token mask"
+            [[ ! -e $work/out_$kind.prompt_lengths ]] || fail "labels: prompt lengths were written too" ;;
+    none) [[ ! -e $work/out_$kind.prompt_lengths && ! -e $work/out_$kind.loss_mask.idx ]] || fail "none: a mask was written" ;;
+  esac
+  ok "$kind: $samples_total samples, $tokens_total tokens: .bin and .idx byte for byte the original's; mask as given"
+done
+
+# The converted dataset, with its prompt lengths, feeds the loader as the original does.
+"$bench" load --data "$work/out_prompt" --prompt-lengths "$work/out_prompt.prompt_lengths" --json >"$work/a.json"
+"$bench" load --data "$prefix" --prompt-lengths "$prompts" --json >"$work/b.json"
+"$python" - "$work/a.json" "$work/b.json" <<'PY' || fail "load of the converted set differs"
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+for k in ('batches', 'tokens', 'real_tokens', 'loss_tokens'):
+    assert a[k] == b[k], (k, a[k], b[k])
+PY
+ok "the converted set loads as the original: the same batches, tokens and loss tokens"
+
+# Bad lines: one-line errors naming the line; no output left behind.
+bad() {  # bad NAME MESSAGE CONTENT [convert flags...]
+  local name=$1 message=$2 content=$3
+  shift 3
+  printf '%b' "$content" >"$work/$name.jsonl"
+  expect_error "$message" --input "$work/$name.jsonl" --output "$work/bad_$name" "$@"
+  local left
+  left=$(find "$work" -name "bad_$name*" | head -3)
+  [[ -z $left ]] || fail "$name: the failed conversion left $left"
+}
+bad not_json "line 2 (byte 22): not JSON" '{"input_ids": [1, 2]}\n{"input_ids": [1,\n'
+bad no_field 'line 1 (byte 0): no "input_ids" field' '{"tokens": [1]}\n'
+bad not_object "expected a JSON object" '[1, 2, 3]\n'
+bad float_token '"input_ids"[1] = 2.5 is not an integer' '{"input_ids": [1, 2.5]}\n'
+bad wide_token "line 2" '{"input_ids": [1]}\n{"input_ids": [70000]}\n' --dtype uint16
+bad prompt_long '"prompt_length" must be an integer from 0 to' '{"input_ids": [1, 2], "prompt_length": 3}\n'
+bad labels_length "3 labels for 2 tokens" '{"input_ids": [1, 2], "labels": [1, 2, 3]}\n'
+bad mixed "the first sample (line 1) has prompt lengths" '{"input_ids": [1], "prompt_length": 0}\n{"input_ids": [1]}\n'
+bad both "give one kind of loss mask" '{"input_ids": [1], "prompt_length": 0, "labels": [1]}\n'
+bad empty "no samples" ''
+bad blank_only "no samples" '\n\n  \n'
+expect_error "--dtype float32" --input "$work/none.jsonl" --output "$work/bad_dtype" --dtype float32
+expect_error "$work/missing.jsonl" --input "$work/missing.jsonl" --output "$work/bad_missing"
+
+# A failed conversion keeps an earlier output of the same name as it was.
+cp "$work/out_none.idx" "$work/keep.idx" && cp "$work/out_none.bin" "$work/keep.bin"
+printf '{"input_ids": [1]}\n{"input_ids": x}\n' >"$work/late.jsonl"
+expect_error "line 2" --input "$work/late.jsonl" --output "$work/keep"
+cmp "$work/keep.idx" "$work/out_none.idx" && cmp "$work/keep.bin" "$work/out_none.bin" || fail "the earlier output changed"
+ok "a failed conversion leaves the earlier output of the same name untouched"
+
+rm -rf "$work"
+echo "all convert command checks passed"
