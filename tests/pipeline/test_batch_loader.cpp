@@ -8,6 +8,9 @@
 #include <algorithm>
 #include <cstdint>
 #include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <thread>
 #include <cstddef>
 #include <memory>
 #include <memory_resource>
@@ -24,7 +27,9 @@
 #include "multipack/pipeline/batch_loader.hpp"
 #include "multipack/schedule/plan.hpp"
 #include "support/batch_checks.hpp"
+#include "multipack/core/random.hpp"
 #include "support/expect.hpp"
+#include "support/files.hpp"
 #include "support/paths.hpp"
 
 using namespace multipack;
@@ -197,4 +202,120 @@ TEST_CASE("bad ranks, starts and masks are errors before any thread starts") {
   const auto other = std::make_shared<const epoch_plan>(plan_epoch(std::vector<std::uint32_t>(6000, 5), {2048}, {1, 1}));
   CHECK(test::contains(test::message_of<sample_error>([&] { batch_loader<indexed_dataset> l(dataset, other, 0, {}, {}); }),
                        "does not have"));
+}
+
+namespace {
+
+/// Threads of this process, from /proc/self/task (Linux).
+std::size_t thread_count() {
+  std::size_t n = 0;
+  for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator("/proc/self/task")) ++n;
+  return n;
+}
+
+/// A private copy of the Alpaca files, which a test may rewrite or delete.
+std::filesystem::path alpaca_copy(const std::string& name) {
+  const std::filesystem::path dir = test::fresh_temp_dir(name);
+  for (const char* suffix : {".idx", ".bin"}) {
+    std::filesystem::path from = test::alpaca_prefix(), to = dir / "alpaca";
+    from += suffix;
+    to += suffix;
+    std::filesystem::copy_file(from, to);
+  }
+  return dir / "alpaca";
+}
+
+}  // namespace
+
+TEST_CASE("after a failed read no loader thread is left, and a new loader over the same data works") {
+  const auto plan = alpaca_plan(1, 4, 2048);
+  const std::uint32_t sample = plan->pieces(3, 0, 0).front().sample;
+  const std::size_t before = thread_count();
+  {
+    const auto dataset = std::make_shared<const failing_dataset>(failing_dataset{alpaca(), sample});
+    batch_loader<failing_dataset> loader(dataset, plan, 0, {}, {3, 4});
+    CHECK(thread_count() == before + 3);
+    CHECK_THROWS_AS(
+        [&] {
+          while (loader.next()) {
+          }
+        }(),
+        io_error);
+  }
+  CHECK(thread_count() == before);
+  batch_loader<indexed_dataset> again(alpaca(), plan, 0, {}, {2, 2});
+  std::uint64_t steps = 0;
+  while (auto batch = again.next()) ++steps;
+  CHECK(steps == plan->schedule.steps());
+}
+
+TEST_CASE("a consumer destroying the loader at random points, 1,000 times: no deadlock, no leak, no race") {
+  const auto dataset = alpaca();
+  const auto plan = alpaca_plan(1, 4, 2048);
+  const std::uint64_t steps = plan->schedule.steps();
+  splitmix64 rng(12345);
+  const auto draw = [&](std::uint64_t n) { return rng.below(n); };
+  const std::size_t before = thread_count();
+  for (int round = 0; round < 1000; ++round) {
+    const unsigned threads = 1 + static_cast<unsigned>(draw(4));
+    const std::size_t depth = 1 + draw(4);
+    const std::uint64_t start = draw(steps);
+    const std::uint64_t take = draw(steps - start + 1);
+    batch_loader<indexed_dataset> loader(dataset, plan, 0, {}, {threads, depth}, start);
+    for (std::uint64_t k = 0; k < take; ++k) {
+      auto batch = loader.next();
+      REQUIRE(batch);
+      REQUIRE((*batch)->step == start + k);
+      if (draw(8) == 0) batch->release();  // released early, before the next is asked for
+    }
+  }  // each loader destroyed wherever its round stopped
+  CHECK(thread_count() == before);
+}
+
+TEST_CASE("a dataset file changed while loading fails the next batches clearly; deleting it is harmless") {
+  SUBCASE("rewritten (written, same size): an io_error within the batches already built") {
+    const auto prefix = alpaca_copy("changed_written");
+    const auto dataset = std::make_shared<const indexed_dataset>(prefix);
+    const auto plan = alpaca_plan(1, 4, 2048);
+    batch_loader<indexed_dataset> loader(dataset, plan, 0, {}, {1, 2});
+    REQUIRE(loader.next());
+    std::filesystem::path bin = prefix;
+    bin += ".bin";
+    // A write of the same bytes: the contents stay valid, only the time changes, so no read
+    // can fault whatever the workers are doing meanwhile.
+    {
+      const test::bytes same = test::read_bytes(bin);
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));  // a distinct modification time
+      test::write_bytes(bin, same);
+    }
+    std::uint64_t delivered = 1;
+    const std::string message = test::message_of<io_error>([&] {
+      while (loader.next()) ++delivered;
+    });
+    CHECK(test::contains(message, bin.string()));
+    CHECK(test::contains(message, "changed since it was opened"));
+    CHECK(delivered <= 1 + 2 + 1);  // at most the batches built before the write, and one in the making
+  }
+  SUBCASE("shrunk: check_unchanged says so before any read faults") {
+    const auto prefix = alpaca_copy("changed_shrunk");
+    const indexed_dataset dataset(prefix);
+    std::filesystem::path bin = prefix;
+    bin += ".bin";
+    std::filesystem::resize_file(bin, 1000);
+    const std::string message = test::message_of<io_error>([&] { dataset.check_unchanged(); });
+    CHECK(test::contains(message, "1000 now"));
+  }
+  SUBCASE("deleted: the mappings keep the data, every batch as the reference") {
+    const auto prefix = alpaca_copy("deleted");
+    const auto dataset = std::make_shared<const indexed_dataset>(prefix);
+    const auto plan = alpaca_plan(1, 4, 2048);
+    batch_loader<indexed_dataset> loader(dataset, plan, 0, {}, {2, 3});
+    std::filesystem::remove_all(prefix.parent_path());
+    std::uint64_t step = 0;
+    while (auto batch = loader.next()) {
+      REQUIRE(contents((*batch)->view) == reference<std::int32_t>(*dataset, *plan, step, 0, {}));
+      ++step;
+    }
+    CHECK(step == plan->schedule.steps());
+  }
 }

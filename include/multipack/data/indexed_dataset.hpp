@@ -295,6 +295,16 @@ class indexed_dataset {
   [[nodiscard]] const std::filesystem::path& idx_path() const noexcept { return idx_.path(); }
   [[nodiscard]] const std::filesystem::path& bin_path() const noexcept { return bin_.path(); }
 
+  /// Throws io_error naming the file when the .idx or the .bin has changed size or been
+  /// written since the dataset was opened (a shard rewritten while training: reads past a
+  /// shrunk file's end would raise SIGBUS, a rewritten one would give other tokens). The
+  /// batch loader calls it before each batch. Deleting the files is harmless (the mappings
+  /// keep them). Two fstat calls, thread-safe.
+  void check_unchanged() const {
+    idx_.check_unchanged();
+    bin_.check_unchanged();
+  }
+
   /// Exchanges two datasets. O(1), never throws.
   void swap(indexed_dataset& other) noexcept {
     using std::swap;

@@ -74,6 +74,10 @@ class llmc_dataset {
   [[nodiscard]] std::uint32_t end_of_text() const noexcept { return end_of_text_; }
   [[nodiscard]] const std::filesystem::path& path() const noexcept { return file_.path(); }
 
+  /// Throws io_error when the file has changed size or been written since it was opened
+  /// (see indexed_dataset::check_unchanged). One fstat, thread-safe.
+  void check_unchanged() const { file_.check_unchanged(); }
+
   /// Writes tokens [first, first + out.size()) of sample i into `out`, converted to Out.
   /// Throws option_error when i >= size() or the range is not inside the sample, and
   /// sample_error (naming the file, sample, position and value) when a token has no exact

@@ -164,6 +164,9 @@ class batch_loader {
   }
 
   void build(std::uint64_t step, batch& b) const {
+    // A file-backed dataset says when its files changed under it (a shard rewritten while
+    // training): the batch fails with that error instead of reading a shrunk mapping.
+    if constexpr (requires(const D& d) { d.check_unchanged(); }) dataset_->check_unchanged();
     for (std::uint32_t slot = 0; slot < layout_.micro_batch; ++slot) b.rows[slot] = plan_->pieces(step, rank_, slot);
     b.step = step;
     b.rank = rank_;

@@ -31,7 +31,9 @@ class mapped_file {
   /// Throws io_error "<path>: <what failed>: <strerror>" when the file cannot be opened,
   /// is not a regular file, or cannot be mapped. Cost: open + fstat + mmap; no read.
   /// The file must not shrink while mapped: touching a page past its new end raises SIGBUS
-  /// (true of every mmap reader; nothing in-process can guard against it).
+  /// (true of every mmap reader). The descriptor stays open so that check_unchanged() can
+  /// tell, between reads, that it did. Deleting or renaming the file is harmless: the
+  /// mapping keeps the old contents.
   explicit mapped_file(std::filesystem::path path) : path_(std::move(path)) {
     int fd;
     do {
@@ -65,7 +67,8 @@ class mapped_file {
       }
       data_ = static_cast<const std::byte*>(p);
     }
-    ::close(fd);  // the mapping keeps the file alive
+    fd_ = fd;  // kept for check_unchanged(); the mapping alone keeps the contents alive
+    modified_ = st.st_mtim;
   }
 
   mapped_file(const mapped_file&) = delete;
@@ -75,7 +78,9 @@ class mapped_file {
   mapped_file(mapped_file&& other) noexcept
       : path_(std::move(other.path_)),
         data_(std::exchange(other.data_, nullptr)),
-        size_(std::exchange(other.size_, 0)) {}
+        size_(std::exchange(other.size_, 0)),
+        fd_(std::exchange(other.fd_, -1)),
+        modified_(other.modified_) {}
 
   /// Unmaps ours, takes `other`'s. Never throws.
   mapped_file& operator=(mapped_file&& other) noexcept {
@@ -84,6 +89,8 @@ class mapped_file {
       path_ = std::move(other.path_);
       data_ = std::exchange(other.data_, nullptr);
       size_ = std::exchange(other.size_, 0);
+      fd_ = std::exchange(other.fd_, -1);
+      modified_ = other.modified_;
     }
     return *this;
   }
@@ -99,6 +106,22 @@ class mapped_file {
   /// The path it was opened with. O(1), thread-safe.
   [[nodiscard]] const std::filesystem::path& path() const noexcept { return path_; }
 
+  /// Throws io_error when the file opened (the same inode, wherever its name now points) has
+  /// changed size or been written since it was mapped: "<path>: changed since it was opened
+  /// (N bytes then, M now): rewritten while in use?". A shrunk file would raise SIGBUS at the
+  /// first read past its new end; a rewritten one would give other tokens than the ones
+  /// validated. One fstat, thread-safe. Nothing to check for an empty mapping.
+  void check_unchanged() const {
+    if (fd_ < 0) return;
+    struct ::stat st {};
+    if (::fstat(fd_, &st) != 0) fail("cannot stat", errno);
+    const bool same_time = st.st_mtim.tv_sec == modified_.tv_sec && st.st_mtim.tv_nsec == modified_.tv_nsec;
+    if (static_cast<std::uint64_t>(st.st_size) != size_ || !same_time)
+      throw io_error(path_.string() + ": changed since it was opened (" + std::to_string(size_) + " bytes then, " +
+                     std::to_string(st.st_size) + " now" + (same_time ? "" : ", written since") +
+                     "): rewritten while in use? Reopen the dataset");
+  }
+
  private:
   [[noreturn]] void fail(const char* what, int e) const {
     throw io_error(path_.string() + ": " + what + ": " + std::strerror(e));
@@ -107,13 +130,17 @@ class mapped_file {
   void unmap() noexcept {
     // munmap can fail only for an invalid range, which we never pass.
     if (data_ != nullptr) ::munmap(const_cast<std::byte*>(data_), size_);
+    if (fd_ >= 0) ::close(fd_);
     data_ = nullptr;
     size_ = 0;
+    fd_ = -1;
   }
 
   std::filesystem::path path_;
   const std::byte* data_ = nullptr;
   std::size_t size_ = 0;
+  int fd_ = -1;
+  struct ::timespec modified_ {};
 };
 
 }  // namespace multipack::detail
