@@ -481,6 +481,27 @@ std::string open_error(const small_set& s, const bytes& idx, const bytes* bin = 
 
 std::string byte_at(std::size_t offset) { return ": byte " + std::to_string(offset) + ": "; }
 
+/// Writes `idx` beside the set's .bin and opens it: returns whether it opened (then every
+/// sample was read back whole) or false on the format_error it must otherwise throw.
+bool opens_and_reads(const small_set& s, const bytes& idx) {
+  const fs::path prefix = s.dir / "flip";
+  write_bytes(with(prefix, ".idx"), idx);
+  write_bytes(with(prefix, ".bin"), s.bin);
+  try {
+    const indexed_dataset ds(prefix);
+    for (std::size_t i = 0; i < ds.size(); ++i) {
+      std::vector<std::int64_t> out(ds.length(i));
+      try {
+        ds.read_tokens(i, 0, std::span(out));
+      } catch (const sample_error&) {  // float dtype: a fractional value
+      }
+    }
+    return true;
+  } catch (const format_error&) {
+    return false;
+  }
+}
+
 }  // namespace
 
 TEST_CASE("corruptions of the header are reported at their byte") {
@@ -683,21 +704,7 @@ TEST_CASE("any single corrupted byte is caught or harmless: never a crash or a w
     for (unsigned value : {0x00u, 0x01u, 0x7fu, 0x80u, 0xffu}) {
       bytes b = s.idx;
       b[at] = static_cast<unsigned char>(value);
-      const fs::path prefix = s.dir / "flip";
-      write_bytes(with(prefix, ".idx"), b);
-      write_bytes(with(prefix, ".bin"), s.bin);
-      try {
-        const indexed_dataset ds(prefix);
-        ++opened;
-        for (std::size_t i = 0; i < ds.size(); ++i) {
-          std::vector<std::int64_t> out(ds.length(i));
-          try {
-            ds.read_tokens(i, 0, std::span(out));
-          } catch (const sample_error&) {  // float dtype: a fractional value
-          }
-        }
-      } catch (const format_error&) {
-      }
+      opened += opens_and_reads(s, b) ? 1 : 0;
     }
   }
   CHECK(opened > 0);  // harmless changes (token values, the dtype) exist and still open
@@ -835,21 +842,7 @@ TEST_CASE("a fairseq index truncated anywhere or with any byte changed: an error
     for (unsigned value : {0x00u, 0x01u, 0x80u, 0xffu}) {
       bytes b = fairseq;
       b[at] = static_cast<unsigned char>(value);
-      const fs::path prefix = s.dir / "flip";
-      write_bytes(with(prefix, ".idx"), b);
-      write_bytes(with(prefix, ".bin"), s.bin);
-      try {
-        const indexed_dataset ds(prefix);
-        ++opened;
-        for (std::size_t i = 0; i < ds.size(); ++i) {
-          std::vector<std::int64_t> out(ds.length(i));
-          try {
-            ds.read_tokens(i, 0, std::span(out));
-          } catch (const sample_error&) {
-          }
-        }
-      } catch (const format_error&) {
-      }
+      opened += opens_and_reads(s, b) ? 1 : 0;
     }
   CHECK(opened > 0);
 }

@@ -234,7 +234,7 @@ TEST_CASE("after a failed read no loader thread is left, and a new loader over t
   {
     const auto dataset = std::make_shared<const failing_dataset>(failing_dataset{alpaca(), sample});
     batch_loader<failing_dataset> loader(dataset, plan, 0, {}, {3, 4});
-    CHECK(thread_count() == before + 3);
+    CHECK(thread_count() <= before + 3);  // a worker that met the failure may have ended already
     CHECK_THROWS_AS(
         [&] {
           while (loader.next()) {
@@ -284,9 +284,10 @@ TEST_CASE("a dataset file changed while loading fails the next batches clearly; 
     // A write of the same bytes: the contents stay valid, only the time changes, so no read
     // can fault whatever the workers are doing meanwhile.
     {
-      const test::bytes same = test::read_bytes(bin);
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));  // a distinct modification time
-      test::write_bytes(bin, same);
+      const auto opened_at = std::filesystem::last_write_time(bin);
+      test::write_bytes(bin, test::read_bytes(bin));
+      // A distinct modification time whatever the file system's clock granularity.
+      std::filesystem::last_write_time(bin, opened_at + std::chrono::seconds(2));
     }
     std::uint64_t delivered = 1;
     const std::string message = test::message_of<io_error>([&] {

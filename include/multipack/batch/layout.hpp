@@ -135,6 +135,19 @@ struct batch_view {
     return cu_seqlens.first(rows == 0 ? 0 : std::size_t{segments} + 1);
   }
 
+  /// Takes `from`'s results (rows, row_length, segments, max_seqlen, padding_rows,
+  /// real_tokens, loss_tokens), not its spans: for a copy of the batch's arrays elsewhere (the
+  /// device). O(1), never throws.
+  void copy_results_from(const batch_view& from) noexcept {
+    rows = from.rows;
+    row_length = from.row_length;
+    segments = from.segments;
+    max_seqlen = from.max_seqlen;
+    padding_rows = from.padding_rows;
+    real_tokens = from.real_tokens;
+    loss_tokens = from.loss_tokens;
+  }
+
   /// A view over one block of raw memory (pinned host memory, say) of at least
   /// layout.bytes<T>() bytes, aligned to alignof(T): input_ids, labels, position_ids,
   /// sequence_ids, then cu_seqlens, back to back (each array's byte size is a multiple of the

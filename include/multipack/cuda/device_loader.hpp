@@ -334,7 +334,7 @@ class device_loader {
       slot.release_recorded = false;
     }
     batch_view<T> to = batch_view<T>::over_bytes(layout(), {slot.memory.data(), slot.memory.size()});
-    copy_counts(from, to);
+    to.copy_results_from(from);
     if (slot.copy_started) slot.copy_started->record(copy);
     slot.bytes = enqueue_copies(from, to, copy);
     slot.copied.record(copy);
@@ -409,16 +409,6 @@ class device_loader {
   prefetch_options with_depth(prefetch_options prefetch) const {
     if (on_device_) prefetch.depth += options_.batches_in_flight;
     return prefetch;
-  }
-
-  static void copy_counts(const batch_view<T>& from, batch_view<T>& to) noexcept {
-    to.rows = from.rows;
-    to.row_length = from.row_length;
-    to.segments = from.segments;
-    to.max_seqlen = from.max_seqlen;
-    to.padding_rows = from.padding_rows;
-    to.real_tokens = from.real_tokens;
-    to.loss_tokens = from.loss_tokens;
   }
 
   /// Queues the copy of the used part of every array; returns the bytes. Full-length rows
