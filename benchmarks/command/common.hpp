@@ -21,6 +21,8 @@
 #include <thread>
 #include <vector>
 
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
@@ -82,8 +84,8 @@ inline bool reset_peak_rss() {
   return std::fclose(f) == 0 && ok;
 }
 
-/// Prints "<what>... N.N s" on standard error every half second while alive, starting once a
-/// phase has run for a second; short phases print nothing.
+/// Prints "<what>... N.N s" on standard error every half second while alive, when standard
+/// error is a terminal, starting once a phase has run for a second; short phases print nothing.
 class progress {
  public:
   /// `status`, when given, is called from the progress thread at each line (it must be
@@ -106,6 +108,8 @@ class progress {
     std::unique_lock lock(mutex_);
     const auto start = clock::now();
     bool printed = false;
+    // Only for a person watching: a log or a test's captured stderr gets no progress lines.
+    if (::isatty(STDERR_FILENO) == 0) return;
     if (!wake_.wait_for(lock, std::chrono::seconds(1), [this] { return done_; })) {
       do {
         fmt::print(stderr, "\r{}... {}{:.1f} s ", what_, status_ ? status_() + ", " : std::string(),
