@@ -339,8 +339,8 @@ class device_loader {
     slot.bytes = enqueue_copies(from, to, copy);
     slot.copied.record(copy);
     slot.timing_pending = slot.copy_started.has_value();
-    ++copies_;
-    bytes_copied_ += slot.bytes;
+    ++copies_.copies;
+    copies_.bytes_copied += slot.bytes;
 
     // The pinned buffer goes back to the workers once this event has passed (seen at a later
     // next()). From here on `host` is not read again.
@@ -355,14 +355,9 @@ class device_loader {
 
   /// Statistics so far. Consumer thread only. O(1).
   [[nodiscard]] device_statistics statistics() const {
-    device_statistics s;
+    device_statistics s = copies_;
     s.host = loader_.statistics();
     s.on_device = on_device_;
-    s.copies = copies_;
-    s.bytes_copied = bytes_copied_;
-    s.timed_copies = timed_copies_;
-    s.copy_seconds = copy_seconds_;
-    s.timed_bytes = timed_bytes_;
     return s;
   }
 
@@ -435,9 +430,9 @@ class device_loader {
 
   void add_timing(detail::device_slot& slot) {
     slot.copied.synchronize();  // the copy of batches_in_flight batches ago: done in steady state
-    copy_seconds_ += static_cast<double>(event::elapsed_ms(*slot.copy_started, slot.copied)) * 1e-3;
-    timed_bytes_ += slot.bytes;
-    ++timed_copies_;
+    copies_.copy_seconds += static_cast<double>(event::elapsed_ms(*slot.copy_started, slot.copied)) * 1e-3;
+    copies_.timed_bytes += slot.bytes;
+    ++copies_.timed_copies;
     slot.timing_pending = false;
   }
 
@@ -489,11 +484,7 @@ class device_loader {
   std::vector<pending_copy> pending_;
   std::size_t pending_head_ = 0;
   std::size_t pending_tail_ = 0;
-  std::uint64_t copies_ = 0;
-  std::uint64_t bytes_copied_ = 0;
-  std::uint64_t timed_copies_ = 0;
-  std::uint64_t timed_bytes_ = 0;
-  double copy_seconds_ = 0;
+  device_statistics copies_;  // the copy counts; statistics() adds the host side
   batch_loader<D, T> loader_;  // last: its workers write into pinned_'s memory
 };
 
