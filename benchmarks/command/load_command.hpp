@@ -284,7 +284,7 @@ load_inputs prepare_load(const load_command_options& o, std::uint64_t buffers) {
                        parse_remainder_policy(o.remainder), !o.no_balance, 0};
   validate(in.first_schedule);
   in.packing = to_pack_options(o.packing);
-  validate(epoch_pack_options(in.packing, in.first_schedule));
+  validate(in.packing);
   in.prefetch = {o.threads, o.depth};
   validate(in.prefetch);
   if (o.epochs > std::numeric_limits<std::uint64_t>::max() - o.epoch)

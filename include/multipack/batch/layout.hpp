@@ -20,14 +20,10 @@
 #include <string>
 #include <vector>
 
+#include "multipack/core/concepts.hpp"  // batch_token
 #include "multipack/core/error.hpp"
 
 namespace multipack {
-
-/// The integer types a batch's token arrays can have: int32 (the default, half the bytes to
-/// copy) or int64 (what PyTorch embedding and loss layers take without a cast).
-template <class T>
-concept batch_token = std::same_as<T, std::int32_t> || std::same_as<T, std::int64_t>;
 
 /// The largest B x capacity a layout may have: cu_seqlens are int32 (FlashAttention's type),
 /// and their last value is B x row_length.

@@ -23,6 +23,13 @@ __extension__ using uint128 = unsigned __int128;
 }
 }  // namespace detail
 
+/// The seed of one epoch: a pure function of (seed, epoch), different for every epoch. The
+/// randomized packer and the schedule's order of rows both draw from it. Never throws; the
+/// same on every platform.
+[[nodiscard]] constexpr std::uint64_t epoch_seed(std::uint64_t seed, std::uint64_t epoch) noexcept {
+  return detail::mix64(seed ^ detail::mix64(epoch + 0x9e3779b97f4a7c15ULL));
+}
+
 /// splitmix64: 64 bits of state, every seed valid. Not thread-safe; copy it per thread.
 class splitmix64 {
  public:

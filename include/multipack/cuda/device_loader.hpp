@@ -159,6 +159,7 @@ class device_ring {
 }  // namespace detail
 
 template <token_dataset D, batch_token T = std::int32_t>
+  requires dataset_reads_as<D, T>
 class device_loader;
 
 /// A batch in device memory, on loan to the consumer until released (or destroyed).
@@ -232,7 +233,8 @@ class device_batch {
   }
 
  private:
-  template <token_dataset, batch_token>
+  template <token_dataset D, batch_token U>
+    requires dataset_reads_as<D, U>
   friend class device_loader;
 
   device_batch(detail::device_ring* ring, std::size_t slot, const batch_view<T>& view, std::uint64_t step,
@@ -252,6 +254,7 @@ class device_batch {
 };
 
 template <token_dataset D, batch_token T>
+  requires dataset_reads_as<D, T>
 class device_loader {
  public:
   using batch = device_batch<T>;
@@ -270,10 +273,23 @@ class device_loader {
       : options_((validate(device), device)),
         on_device_(checked_device(device)),
         copy_(make_copy_stream()),
-        ring_(make_ring(plan, options.pad_to_multiple)),
+        ring_(make_ring(plan ? layout_of(*plan, options) : throw option_error("device_loader: no plan"))),
         pending_(make_pending(on_device_ ? prefetch.depth + device.batches_in_flight : 0)),
         loader_(std::move(dataset), std::move(plan), rank, with_memory(std::move(options)), with_depth(prefetch),
                 start_step) {}
+
+  /// The same for any step_range (see batch_loader's constructor for steps): batch i is
+  /// step i's. Same cost, failure modes and thread safety.
+  template <step_range Steps>
+  device_loader(std::shared_ptr<const D> dataset, Steps steps, batch_options options, prefetch_options prefetch,
+                const device_options& device = {})
+      : options_((validate(device), device)),
+        on_device_(checked_device(device)),
+        copy_(make_copy_stream()),
+        ring_(make_ring(dataset ? checked_layout_of(*dataset, steps, options.capacity, options.pad_to_multiple)
+                                : throw option_error("device_loader: no dataset"))),
+        pending_(make_pending(on_device_ ? prefetch.depth + device.batches_in_flight : 0)),
+        loader_(std::move(dataset), std::move(steps), with_memory(std::move(options)), with_depth(prefetch)) {}
 
   device_loader(const device_loader&) = delete;
   device_loader& operator=(const device_loader&) = delete;
@@ -363,7 +379,7 @@ class device_loader {
 
   [[nodiscard]] bool on_device() const noexcept { return on_device_; }
   [[nodiscard]] const batch_layout& layout() const noexcept { return loader_.layout(); }
-  [[nodiscard]] const epoch_plan& plan() const noexcept { return loader_.plan(); }
+  [[nodiscard]] const epoch_plan& plan() const { return loader_.plan(); }
   [[nodiscard]] std::uint32_t rank() const noexcept { return loader_.rank(); }
   /// The stream the copies run on (nullptr on the host fallback).
   [[nodiscard]] cudaStream_t copy_stream() const noexcept { return copy_ ? copy_->get() : nullptr; }
@@ -383,11 +399,8 @@ class device_loader {
     return stream(cudaStreamNonBlocking);
   }
 
-  std::optional<detail::device_ring> make_ring(const std::shared_ptr<const epoch_plan>& plan,
-                                               std::uint32_t pad_to_multiple) const {
+  std::optional<detail::device_ring> make_ring(const batch_layout& layout) const {
     if (!on_device_) return std::nullopt;
-    if (!plan) throw option_error("device_loader: no plan");
-    batch_layout layout = layout_of(*plan, pad_to_multiple);
     validate(layout);
     return std::optional<detail::device_ring>(std::in_place, options_.batches_in_flight, layout.bytes<T>(),
                                               options_.time_copies);

@@ -31,14 +31,17 @@
 namespace multipack::views {
 
 /// The batches of a prefetch_view, copied to the device: an input view of batch_view<T>
-/// whose spans are device memory (host memory on the host fallback).
-template <token_dataset D, batch_token T = std::int32_t>
-class device_view : public std::ranges::view_interface<device_view<D, T>> {
+/// whose spans are device memory (host memory on the host fallback). Its loader is built from
+/// the prefetch view's own steps (whatever views the user put before it) and options, so the
+/// workers collate straight into pinned memory: no host copy between the two.
+template <std::ranges::view Steps, batch_token T = std::int32_t>
+class device_view : public std::ranges::view_interface<device_view<Steps, T>> {
+  using samples_type = multipack::detail::samples_of_t<Steps>;
   struct state {
-    prefetch_view<D, T> source;
+    prefetch_view<Steps, T> source;
     cudaStream_t consumer = nullptr;
     cuda::device_options device;
-    std::optional<cuda::device_loader<D, T>> loader;
+    std::optional<cuda::device_loader<samples_type, T>> loader;
     std::optional<cuda::device_batch<T>> current;  // last: released (on `consumer`) before the loader goes
 
     void advance() {
@@ -76,7 +79,7 @@ class device_view : public std::ranges::view_interface<device_view<D, T>> {
   };
 
   device_view() = default;
-  device_view(prefetch_view<D, T> source, cudaStream_t consumer, const cuda::device_options& device) {
+  device_view(prefetch_view<Steps, T> source, cudaStream_t consumer, const cuda::device_options& device) {
     cuda::validate(device);
     auto s = std::make_shared<state>();
     s->source = std::move(source);
@@ -89,8 +92,8 @@ class device_view : public std::ranges::view_interface<device_view<D, T>> {
   [[nodiscard]] iterator begin() {
     if (state_->loader) throw option_error("views::to_device: begin() called twice on an input view");
     const auto& source = state_->source;
-    state_->loader.emplace(source.dataset(), source.shared_plan(), source.rank(), source.batch(), source.prefetch(),
-                           state_->device);
+    state_->loader.emplace(multipack::detail::samples_finder<Steps>::get(source.base()), source.base(), source.batch(),
+                           source.prefetch(), state_->device);
     state_->advance();
     return iterator(state_.get());
   }
@@ -109,8 +112,8 @@ inline constexpr struct to_device_fn {
   /// prefetched | views::to_device(stream, device): the batches in device memory, each made
   /// ready on `stream` (the trainer's) and released on it when the loop moves on.
   [[nodiscard]] auto operator()(cudaStream_t stream, const cuda::device_options& device = {}) const {
-    return detail::pipe_closure{[stream, device]<class D, class T>(const prefetch_view<D, T>& source) {
-      return device_view<D, T>(source, stream, device);
+    return multipack::detail::pipe_closure{[stream, device]<class Steps, class T>(const prefetch_view<Steps, T>& source) {
+      return device_view<Steps, T>(source, stream, device);
     }};
   }
 } to_device;

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "multipack/core/error.hpp"
+#include "multipack/core/sample.hpp"
 #include "multipack/data/dtype.hpp"
 
 namespace multipack {
@@ -74,6 +75,12 @@ class in_memory_dataset {
     return offsets_.empty() ? 0 : offsets_.size() - 1;
   }
   [[nodiscard]] bool empty() const noexcept { return size() == 0; }
+
+  /// The samples in order, as a random-access range of dataset_sample (a pointer and an
+  /// index each): `dataset | std::views::filter(f)`, `dataset | multipack::views::pack(o)`.
+  /// O(1), never throws; valid as long as the dataset is.
+  [[nodiscard]] dataset_iterator<in_memory_dataset> begin() const noexcept { return {this, 0}; }
+  [[nodiscard]] dataset_iterator<in_memory_dataset> end() const noexcept { return {this, size()}; }
 
   /// Tokens in sample i. Throws option_error when i >= size(). O(1).
   [[nodiscard]] std::uint64_t length(std::size_t i) const {

@@ -49,6 +49,7 @@
 
 #include "multipack/core/detail/quote.hpp"
 #include "multipack/core/error.hpp"
+#include "multipack/core/sample.hpp"
 #include "multipack/data/detail/mapped_file.hpp"
 #include "multipack/data/dtype.hpp"
 
@@ -190,6 +191,12 @@ class indexed_dataset {
   /// Number of samples (Megatron's sequence count). O(1), never throws, thread-safe.
   [[nodiscard]] std::size_t size() const noexcept { return count_; }
   [[nodiscard]] bool empty() const noexcept { return count_ == 0; }
+
+  /// The samples in order, as a random-access range of dataset_sample (a pointer and an
+  /// index each): `dataset | std::views::filter(f)`, `dataset | multipack::views::pack(o)`.
+  /// O(1), never throws; valid as long as the dataset is.
+  [[nodiscard]] dataset_iterator<indexed_dataset> begin() const noexcept { return {this, 0}; }
+  [[nodiscard]] dataset_iterator<indexed_dataset> end() const noexcept { return {this, size()}; }
 
   /// Tokens in sample i. Checked: throws option_error when i >= size(). O(1) (one 4-byte
   /// memcpy from the mapped .idx), thread-safe.

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "multipack/core/error.hpp"
+#include "multipack/core/sample.hpp"
 #include "multipack/data/detail/mapped_file.hpp"
 #include "multipack/data/dtype.hpp"
 
@@ -60,6 +61,12 @@ class llmc_dataset {
   /// Samples (documents). O(1), never throws, thread-safe.
   [[nodiscard]] std::size_t size() const noexcept { return starts_.empty() ? 0 : starts_.size() - 1; }
   [[nodiscard]] bool empty() const noexcept { return size() == 0; }
+
+  /// The samples in order, as a random-access range of dataset_sample (a pointer and an
+  /// index each): `dataset | std::views::filter(f)`, `dataset | multipack::views::pack(o)`.
+  /// O(1), never throws; valid as long as the dataset is.
+  [[nodiscard]] dataset_iterator<llmc_dataset> begin() const noexcept { return {this, 0}; }
+  [[nodiscard]] dataset_iterator<llmc_dataset> end() const noexcept { return {this, size()}; }
 
   /// Tokens in sample i. Throws option_error when i >= size(). O(1), thread-safe.
   [[nodiscard]] std::uint64_t length(std::size_t i) const {

@@ -51,7 +51,11 @@ struct pack_options {
   packing_algorithm algorithm = packing_algorithm::exact_fit;
   overlong_policy overlong = overlong_policy::drop;
   std::uint32_t max_per_row = 0;  ///< most pieces in one row; 0 = unlimited
-  std::uint64_t seed = 0;         ///< used by randomized_exact_fit only
+  /// randomized_exact_fit only: the packing of epoch `epoch` of `seed` (it draws from
+  /// epoch_seed(seed, epoch)). Give views::shard / schedule_options the same two: a schedule
+  /// over a randomized packing of another (seed, epoch) is refused.
+  std::uint64_t seed = 0;
+  std::uint64_t epoch = 0;
 };
 
 /// The largest capacity accepted: the histogram-based packers keep O(capacity) counters.

@@ -73,7 +73,7 @@ struct packing {
         detail::longest_first opening;
         detail::fill_rows_exactly(items, opening, options.capacity, options.max_per_row, pieces, offsets, slots);
       } else {
-        detail::random_first opening(items, options.seed);
+        detail::random_first opening(items, epoch_seed(options.seed, options.epoch));
         detail::fill_rows_exactly(items, opening, options.capacity, options.max_per_row, pieces, offsets, slots);
       }
     }
@@ -81,7 +81,7 @@ struct packing {
       // Samples of equal length are dealt out in a seeded random order of blocks of 256
       // consecutive samples: random across the dataset, sequential (fast) within a block.
       constexpr std::size_t block = 256;
-      const feistel_permutation blocks((lengths.size() + block - 1) / block, ~options.seed);
+      const feistel_permutation blocks((lengths.size() + block - 1) / block, ~epoch_seed(options.seed, options.epoch));
       slots.assign(pieces, lengths, options, [&](auto&& visit) {
         for (std::size_t b = 0; b < blocks.size(); ++b) {
           const std::size_t first = blocks(b) * block;

@@ -12,6 +12,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <functional>
+#include <ranges>
 #include <memory>
 #include <memory_resource>
 #include <optional>
@@ -38,6 +40,10 @@ struct batch_options {
   std::uint32_t pad_to_multiple = 0;
   collate_options collate;
   loss_mask mask;  ///< empty: every token carries loss
+  /// The most tokens a row holds, which is the row length when pad_to_multiple is 0. 0 (the
+  /// default): the packing's capacity (the plan's; for steps, the one views::pack was given,
+  /// found through the steps, else their longest row).
+  std::uint32_t capacity = 0;
   /// Where the buffers' memory comes from: one block of layout.bytes<T>() bytes a buffer,
   /// allocated when the loader starts and freed when it stops, never in between. nullptr:
   /// operator new. The CUDA room passes pinned host memory here. Must outlive the loader.
@@ -106,7 +112,75 @@ class loaded_batch {
   return layout;
 }
 
+/// The layout of a plan's batches made with `options`: layout_of(plan, pad_to_multiple), with
+/// options.capacity where it is not 0. O(rows).
+[[nodiscard]] inline batch_layout layout_of(const epoch_plan& plan, const batch_options& options) {
+  batch_layout layout = layout_of(plan, options.pad_to_multiple);
+  if (options.capacity != 0) layout.capacity = options.capacity;
+  return layout;
+}
+
+namespace detail {
+
+[[noreturn]] inline void throw_step_error(std::uint64_t step, const std::string& what) {
+  throw option_error("batch_loader: step " + std::to_string(step) + what);
+}
+
+}  // namespace detail
+
+/// The layout of the batches of `steps` (a step_range), after checking every piece of every
+/// step against `dataset`: the first step's size is the micro-batch, and every step has it;
+/// `capacity` (0: the packing's, found through the steps, else the longest row) is the row
+/// length rule's; the most pieces in any row. Throws option_error for no steps, steps of
+/// different sizes, an empty piece or a row over the capacity, sample_error for a piece
+/// outside the dataset. O(steps x micro_batch + pieces).
+template <token_dataset D, step_range Steps>
+[[nodiscard]] batch_layout checked_layout_of(const D& dataset, const Steps& steps, std::uint32_t capacity,
+                                             std::uint32_t pad_to_multiple) {
+  const auto count = static_cast<std::uint64_t>(std::ranges::size(steps));
+  if (count == 0) throw option_error("batch_loader: the range of steps is empty");
+  if constexpr (detail::packing_options_finder<Steps>::found)
+    if (capacity == 0) capacity = detail::packing_options_finder<Steps>::get(steps).capacity;
+  const auto first = std::ranges::begin(steps);
+  const auto micro_batch = static_cast<std::uint64_t>(std::ranges::size(first[0]));
+  if (micro_batch == 0 || micro_batch > UINT32_MAX) detail::throw_step_error(0, " has no rows");
+  const std::size_t samples = dataset.size();
+  std::uint64_t most_pieces = 1;
+  std::uint64_t longest = 1;
+  for (std::uint64_t i = 0; i < count; ++i) {
+    auto&& step = first[static_cast<std::ranges::range_difference_t<const Steps>>(i)];
+    if (static_cast<std::uint64_t>(std::ranges::size(step)) != micro_batch)
+      detail::throw_step_error(i, " has " + std::to_string(std::ranges::size(step)) + " rows, the first step " +
+                                      std::to_string(micro_batch) + ": every step needs the same micro-batch");
+    for (auto&& row_ref : step) {
+      const std::span<const piece> row(row_ref);
+      std::uint64_t tokens = 0;
+      for (const piece& p : row) {
+        if (p.sample >= samples || p.begin >= p.end || p.end > dataset.length(p.sample))
+          throw sample_error("batch_loader: step " + std::to_string(i) + " takes tokens [" + std::to_string(p.begin) +
+                             ", " + std::to_string(p.end) + ") of sample " + std::to_string(p.sample) +
+                             ", which the dataset of " + std::to_string(samples) + " samples does not have");
+        tokens += p.length();
+      }
+      most_pieces = std::max<std::uint64_t>(most_pieces, row.size());
+      longest = std::max(longest, tokens);
+    }
+  }
+  if (capacity == 0) capacity = static_cast<std::uint32_t>(std::min<std::uint64_t>(longest, UINT32_MAX));
+  if (longest > capacity)
+    throw option_error("batch_loader: a row holds " + std::to_string(longest) + " tokens, more than the capacity of " +
+                       std::to_string(capacity));
+  batch_layout layout;
+  layout.micro_batch = static_cast<std::uint32_t>(micro_batch);
+  layout.capacity = capacity;
+  layout.pad_to_multiple = pad_to_multiple;
+  layout.max_pieces_per_row = static_cast<std::uint32_t>(std::min<std::uint64_t>(most_pieces, capacity));
+  validate(layout);
+  return layout;
+}
+
 template <token_dataset D, batch_token T = std::int32_t>
+  requires dataset_reads_as<D, T>
 class batch_loader {
  public:
   using batch = loaded_batch<T>;
@@ -125,9 +199,30 @@ class batch_loader {
         plan_(std::move(plan)),
         rank_(rank),
         options_(std::move(options)),
-        layout_(checked_layout()),
+        layout_(checked_plan_layout()),
+        rows_of_(plan_rows(plan_, rank_, layout_.micro_batch)),
         prefetcher_(prefetch, check_start(start_step), plan_->schedule.steps(),
                     [this] { return batch(layout_, options_.memory); },
+                    [this](std::uint64_t step, batch& b) { build(step, b); }) {}
+
+  /// Starts loading the batches of `steps` (any step_range: views::shard's steps, `|
+  /// std::views::drop(k)` to resume at step k, a user's own), in order: batch i is built from
+  /// step i, by index, by the worker threads. The steps are copied (a view: cheap) and the
+  /// dataset shared; both are read by the workers concurrently. Each batch's `step` is the
+  /// step's own number (step.step(), as views::shard's steps have) or its position.
+  ///
+  /// Throws what checked_layout_of throws (empty, uneven or out-of-range steps, rows over
+  /// the capacity), option_error for bad options, format_error when the mask does not
+  /// describe the dataset. Cost: O(steps x micro_batch + pieces) checks, depth buffers,
+  /// threads threads.
+  template <step_range Steps>
+  batch_loader(std::shared_ptr<const D> dataset, Steps steps, batch_options options, const prefetch_options& prefetch)
+      : dataset_(std::move(dataset)),
+        rank_(0),
+        options_(std::move(options)),
+        layout_(checked_steps_layout(steps)),
+        rows_of_(steps_rows(std::move(steps))),
+        prefetcher_(prefetch, 0, steps_count_, [this] { return batch(layout_, options_.memory); },
                     [this](std::uint64_t step, batch& b) { build(step, b); }) {}
 
   /// The next step's batch, in order; std::nullopt after the last step. Blocks until built.
@@ -137,23 +232,64 @@ class batch_loader {
 
   [[nodiscard]] prefetch_statistics statistics() const { return prefetcher_.statistics(); }
   [[nodiscard]] const batch_layout& layout() const noexcept { return layout_; }
-  [[nodiscard]] const epoch_plan& plan() const noexcept { return *plan_; }
+  /// The plan of the plan form. Throws option_error for a loader made from steps.
+  [[nodiscard]] const epoch_plan& plan() const {
+    if (!plan_) throw option_error("batch_loader: this loader was made from steps, not from a plan");
+    return *plan_;
+  }
   [[nodiscard]] std::uint32_t rank() const noexcept { return rank_; }
 
  private:
-  batch_layout checked_layout() const {
-    if (!dataset_ || !plan_) throw option_error("batch_loader: no dataset or no plan");
+  // Fills the rows of the batch at position i; returns the step number the batch records.
+  using rows_function = std::function<std::uint64_t(std::uint64_t, std::span<std::span<const piece>>)>;
+
+  void check_dataset() const {
+    if (!dataset_) throw option_error("batch_loader: no dataset");
+    check_mask_matches(options_.mask, *dataset_);
+  }
+
+  batch_layout checked_plan_layout() const {
+    if (!plan_) throw option_error("batch_loader: no plan");
+    check_dataset();
     if (rank_ >= plan_->schedule.world_size())
       throw option_error("batch_loader: rank " + std::to_string(rank_) + " is outside the world of " +
                          std::to_string(plan_->schedule.world_size()) + " ranks");
-    options_.mask.check_matches(*dataset_);
     const std::size_t samples = dataset_->size();
     for (const piece& p : plan_->packed.rows.pieces())
       if (p.sample >= samples || p.end > dataset_->length(p.sample))
         throw sample_error("batch_loader: the plan takes tokens [" + std::to_string(p.begin) + ", " +
                            std::to_string(p.end) + ") of sample " + std::to_string(p.sample) +
                            ", which the dataset of " + std::to_string(samples) + " samples does not have");
-    return layout_of(*plan_, options_.pad_to_multiple);
+    return layout_of(*plan_, options_);
+  }
+
+  template <class Steps>
+  batch_layout checked_steps_layout(const Steps& steps) {
+    check_dataset();
+    steps_count_ = static_cast<std::uint64_t>(std::ranges::size(steps));
+    return checked_layout_of(*dataset_, steps, options_.capacity, options_.pad_to_multiple);
+  }
+
+  static rows_function plan_rows(const std::shared_ptr<const epoch_plan>& plan, std::uint32_t rank,
+                                 std::uint32_t micro_batch) {
+    return [plan = plan.get(), rank, micro_batch](std::uint64_t step, std::span<std::span<const piece>> rows) {
+      for (std::uint32_t slot = 0; slot < micro_batch; ++slot) rows[slot] = plan->pieces(step, rank, slot);
+      return step;
+    };
+  }
+
+  template <class Steps>
+  static rows_function steps_rows(Steps steps) {
+    return [steps = std::move(steps)](std::uint64_t i, std::span<std::span<const piece>> rows) -> std::uint64_t {
+      auto&& step = std::ranges::begin(steps)[static_cast<std::ranges::range_difference_t<const Steps>>(i)];
+      const auto first = std::ranges::begin(step);
+      for (std::size_t slot = 0; slot < rows.size(); ++slot)
+        rows[slot] = std::span<const piece>(first[static_cast<std::ranges::range_difference_t<decltype(step)>>(slot)]);
+      if constexpr (requires { { step.step() } -> std::convertible_to<std::uint64_t>; })
+        return step.step();
+      else
+        return i;
+    };
   }
 
   std::uint64_t check_start(std::uint64_t start_step) const {
@@ -163,22 +299,27 @@ class batch_loader {
     return start_step;
   }
 
-  void build(std::uint64_t step, batch& b) const {
+  void build(std::uint64_t position, batch& b) const {
     // A file-backed dataset says when its files changed under it (a shard rewritten while
     // training): the batch fails with that error instead of reading a shrunk mapping.
-    if constexpr (requires(const D& d) { d.check_unchanged(); }) dataset_->check_unchanged();
-    for (std::uint32_t slot = 0; slot < layout_.micro_batch; ++slot) b.rows[slot] = plan_->pieces(step, rank_, slot);
-    b.step = step;
+    if constexpr (change_checked_dataset<D>) dataset_->check_unchanged();
+    b.step = rows_of_(position, std::span<std::span<const piece>>(b.rows));
     b.rank = rank_;
     collate(*dataset_, std::span<const std::span<const piece>>(b.rows), options_.mask, options_.collate, b.view);
   }
 
   std::shared_ptr<const D> dataset_;
-  std::shared_ptr<const epoch_plan> plan_;
+  std::shared_ptr<const epoch_plan> plan_;  // the plan form's
   std::uint32_t rank_;
   batch_options options_;
+  std::uint64_t steps_count_ = 0;  // the steps form's; set while the layout is checked
   batch_layout layout_;
+  rows_function rows_of_;
   prefetcher<batch> prefetcher_;  // last: its workers use everything above
 };
+
+/// batch_loader(dataset, steps, ...): the dataset's type from the shared pointer.
+template <class D, step_range Steps>
+batch_loader(std::shared_ptr<const D>, Steps, batch_options, const prefetch_options&) -> batch_loader<D>;
 
 }  // namespace multipack

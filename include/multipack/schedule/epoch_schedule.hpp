@@ -10,12 +10,16 @@
 // number of rows already consumed (schedule_options::consumed_rows).
 
 #include <algorithm>
+#include <concepts>
+#include <ranges>
+#include <type_traits>
 #include <cstdint>
 #include <numeric>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "multipack/core/concepts.hpp"
 #include "multipack/core/error.hpp"
 #include "multipack/core/packed_rows.hpp"
 #include "multipack/core/piece.hpp"
@@ -55,8 +59,65 @@ class epoch_schedule {
   /// Cost: O(pieces + rows log(world x micro_batch)) time; 4 bytes a row kept (plus 4 a slot
   /// of the schedule), 8 more a row while building. Thread-safe: shares nothing.
   epoch_schedule(const packed_rows& rows, const schedule_options& options) : options_(options) {
+    build(rows.size(), [&rows](std::uint64_t r) { return rows[r]; });
+  }
+
+  /// The same for any sized random-access range of rows (views::pack's rows, `|
+  /// std::views::take(n)`, a user's own rows): row r is std::ranges::begin(rows)[r]. Same
+  /// cost, failure modes and thread safety; keeps no reference to `rows`.
+  template <row_range Rows>
+    requires(!std::same_as<std::remove_cvref_t<Rows>, packed_rows>)
+  epoch_schedule(const Rows& rows, const schedule_options& options) : options_(options) {
+    const auto first = std::ranges::begin(rows);
+    build(static_cast<std::uint64_t>(std::ranges::size(rows)), [first](std::uint64_t r) {
+      return std::span<const piece>(first[static_cast<std::ranges::range_difference_t<const Rows>>(r)]);
+    });
+  }
+
+  /// Global steps: the same on every rank. O(1).
+  [[nodiscard]] std::uint64_t steps() const noexcept { return steps_; }
+  [[nodiscard]] std::uint32_t world_size() const noexcept { return options_.world_size; }
+  [[nodiscard]] std::uint32_t micro_batch() const noexcept { return options_.micro_batch; }
+  [[nodiscard]] const schedule_options& options() const noexcept { return options_; }
+  [[nodiscard]] const schedule_report& report() const noexcept { return report_; }
+
+  /// The micro_batch rows (indices into the packing) that `rank` trains on in `step`, in the
+  /// order of the epoch's sequence, padding rows (padding_row) last. O(1). Throws
+  /// option_error for a step past the end or a rank outside the world. Thread-safe (const).
+  [[nodiscard]] std::span<const std::uint32_t> rows(std::uint64_t step, std::uint32_t rank) const {
+    if (step >= steps_)
+      throw option_error("epoch_schedule: step " + std::to_string(step) + " is past the end of the epoch (" +
+                         std::to_string(steps_) + " steps, numbered from 0)");
+    if (rank >= options_.world_size)
+      throw option_error("epoch_schedule: rank " + std::to_string(rank) + " is outside the world of " +
+                         std::to_string(options_.world_size) + " ranks");
+    const std::uint64_t batch = options_.micro_batch;
+    return std::span<const std::uint32_t>(slots_).subspan((step * options_.world_size + rank) * batch, batch);
+  }
+
+  /// The epoch's order of all rows of the packing, the same for any world size and
+  /// micro-batch: step s of a schedule takes positions [consumed_rows + s G, consumed_rows +
+  /// (s+1) G) of it, for G = world x micro_batch. O(1).
+  [[nodiscard]] std::span<const std::uint32_t> sequence() const noexcept { return sequence_; }
+
+  /// Rows of the sequence trained on once `steps` steps of this schedule are done: the
+  /// consumed_rows to give a run that resumes there with another world size or micro-batch.
+  /// O(1). Throws option_error for steps > steps().
+  [[nodiscard]] std::uint64_t consumed_rows_after(std::uint64_t steps) const {
+    if (steps > steps_)
+      throw option_error("epoch_schedule: " + std::to_string(steps) + " steps done, but the epoch has " +
+                         std::to_string(steps_));
+    const std::uint64_t step_rows = std::uint64_t{options_.world_size} * options_.micro_batch;
+    return std::min<std::uint64_t>(sequence_.size(), options_.consumed_rows + steps * step_rows);
+  }
+
+
+ private:
+  /// The constructors' work: row_at(r) is row r's pieces (a std::span<const piece>).
+  template <class RowAt>
+  void build(const std::uint64_t total, RowAt row_at) {
+    const schedule_options& options = options_;
     validate(options);
-    const std::uint64_t total = rows.size();
     const std::uint64_t world = options.world_size;
     const std::uint64_t batch = options.micro_batch;
     const std::uint64_t step_rows = world * batch;
@@ -96,7 +157,7 @@ class epoch_schedule {
     // Every row's cost, in the packing's order: one sequential pass over the pieces (reading
     // them in the shuffled order instead costs a cache miss a row, 25 times the time).
     std::vector<std::uint64_t> row_costs(total);
-    for (std::uint64_t row = 0; row < total; ++row) row_costs[row] = row_cost(rows[row]);
+    for (std::uint64_t row = 0; row < total; ++row) row_costs[row] = row_cost(row_at(row));
 
     slots_.resize(steps_ * step_rows);
     std::vector<std::uint64_t> costs(step_rows);
@@ -140,7 +201,7 @@ class epoch_schedule {
     // The rows of an incomplete last step under remainder drop: counted, sample by sample.
     std::vector<std::uint32_t> dropped_samples;
     for (std::uint64_t i = options.consumed_rows + report_.scheduled_rows; i < total; ++i)
-      for (const piece& p : rows[sequence_[i]]) {
+      for (const piece& p : row_at(sequence_[i])) {
         dropped_samples.push_back(p.sample);
         report_.dropped_tokens += p.length();
       }
@@ -149,44 +210,6 @@ class epoch_schedule {
         std::unique(dropped_samples.begin(), dropped_samples.end()) - dropped_samples.begin());
   }
 
-  /// Global steps: the same on every rank. O(1).
-  [[nodiscard]] std::uint64_t steps() const noexcept { return steps_; }
-  [[nodiscard]] std::uint32_t world_size() const noexcept { return options_.world_size; }
-  [[nodiscard]] std::uint32_t micro_batch() const noexcept { return options_.micro_batch; }
-  [[nodiscard]] const schedule_options& options() const noexcept { return options_; }
-  [[nodiscard]] const schedule_report& report() const noexcept { return report_; }
-
-  /// The micro_batch rows (indices into the packing) that `rank` trains on in `step`, in the
-  /// order of the epoch's sequence, padding rows (padding_row) last. O(1). Throws
-  /// option_error for a step past the end or a rank outside the world. Thread-safe (const).
-  [[nodiscard]] std::span<const std::uint32_t> rows(std::uint64_t step, std::uint32_t rank) const {
-    if (step >= steps_)
-      throw option_error("epoch_schedule: step " + std::to_string(step) + " is past the end of the epoch (" +
-                         std::to_string(steps_) + " steps, numbered from 0)");
-    if (rank >= options_.world_size)
-      throw option_error("epoch_schedule: rank " + std::to_string(rank) + " is outside the world of " +
-                         std::to_string(options_.world_size) + " ranks");
-    const std::uint64_t batch = options_.micro_batch;
-    return std::span<const std::uint32_t>(slots_).subspan((step * options_.world_size + rank) * batch, batch);
-  }
-
-  /// The epoch's order of all rows of the packing, the same for any world size and
-  /// micro-batch: step s of a schedule takes positions [consumed_rows + s G, consumed_rows +
-  /// (s+1) G) of it, for G = world x micro_batch. O(1).
-  [[nodiscard]] std::span<const std::uint32_t> sequence() const noexcept { return sequence_; }
-
-  /// Rows of the sequence trained on once `steps` steps of this schedule are done: the
-  /// consumed_rows to give a run that resumes there with another world size or micro-batch.
-  /// O(1). Throws option_error for steps > steps().
-  [[nodiscard]] std::uint64_t consumed_rows_after(std::uint64_t steps) const {
-    if (steps > steps_)
-      throw option_error("epoch_schedule: " + std::to_string(steps) + " steps done, but the epoch has " +
-                         std::to_string(steps_));
-    const std::uint64_t step_rows = std::uint64_t{options_.world_size} * options_.micro_batch;
-    return std::min<std::uint64_t>(sequence_.size(), options_.consumed_rows + steps * step_rows);
-  }
-
- private:
   schedule_options options_;
   schedule_report report_;
   std::uint64_t steps_ = 0;

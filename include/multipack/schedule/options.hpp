@@ -52,12 +52,6 @@ struct schedule_options {
   std::uint64_t consumed_rows = 0;
 };
 
-/// The seed of one epoch: a pure function of (seed, epoch), different for every epoch.
-/// Never throws; the same on every platform.
-[[nodiscard]] constexpr std::uint64_t epoch_seed(std::uint64_t seed, std::uint64_t epoch) noexcept {
-  return detail::mix64(seed ^ detail::mix64(epoch + 0x9e3779b97f4a7c15ULL));
-}
-
 /// The most rows one global step may take (world_size x micro_batch): 2^24, 16 M rows, a
 /// thousand times any real job's, so that a mistyped option fails here rather than
 /// allocating gigabytes of padding.

@@ -31,17 +31,11 @@ struct epoch_plan {
   }
 };
 
-/// The packing options of one epoch: `packing_options` with the seed of the epoch,
-/// epoch_seed(options.seed, options.epoch). O(1), never throws.
-[[nodiscard]] inline pack_options epoch_pack_options(pack_options packing_options, const schedule_options& options) noexcept {
-  packing_options.seed = epoch_seed(options.seed, options.epoch);
-  return packing_options;
-}
-
-/// Packs the lengths for this epoch and schedules the rows. The packer's seed is the epoch's
-/// (epoch_pack_options; pack_options::seed is not used), so the randomized
-/// algorithm repacks every epoch; the others give the same rows, in a new order. A pure
-/// function of (lengths, packing_options, options).
+/// Packs the lengths for this epoch and schedules the rows. The epoch is the schedule's:
+/// options.seed and options.epoch are also the packer's (packing_options' own seed and epoch
+/// are replaced), so the randomized algorithm repacks every epoch, exactly as
+/// views::pack({..., .seed = s, .epoch = e}) does; the others give the same rows, in a new
+/// order. A pure function of (lengths, packing_options, options).
 ///
 /// Throws what pack and epoch_schedule throw. Cost: theirs. Thread-safe: shares nothing.
 template <class Lengths>
@@ -49,7 +43,9 @@ template <class Lengths>
   requires requires { pack(std::forward<Lengths>(lengths), packing_options); }
 {
   validate(options);
-  epoch_plan plan{pack(std::forward<Lengths>(lengths), epoch_pack_options(packing_options, options)), {}};
+  packing_options.seed = options.seed;
+  packing_options.epoch = options.epoch;
+  epoch_plan plan{pack(std::forward<Lengths>(lengths), packing_options), {}};
   plan.schedule = epoch_schedule(plan.packed.rows, options);
   return plan;
 }
