@@ -105,8 +105,10 @@ template <class Apply>
 struct pipe_closure {
   Apply apply;
 
+  /// range | closure: applies the closure. Constrained on being a range only, so that a range
+  /// the stage does not take fails inside, with the stage's own constraint in the message.
   template <class R>
-    requires std::ranges::range<std::remove_cvref_t<R>> && std::invocable<const Apply&, R>
+    requires std::ranges::range<std::remove_cvref_t<R>>
   friend auto operator|(R&& range, const pipe_closure& closure) {
     return closure.apply(std::forward<R>(range));
   }
@@ -115,9 +117,9 @@ struct pipe_closure {
   template <class Next>
     requires(!std::ranges::range<std::remove_cvref_t<Next>>)
   friend auto operator|(pipe_closure closure, Next next) {
-    auto both = [closure = std::move(closure), next = std::move(next)]<class R>(R&& range)
-      requires requires { std::forward<R>(range) | closure | next; }
-    { return std::forward<R>(range) | closure | next; };
+    auto both = [closure = std::move(closure), next = std::move(next)]<class R>(R&& range) {
+      return std::forward<R>(range) | closure | next;
+    };
     return pipe_closure<decltype(both)>{std::move(both)};
   }
 
@@ -126,9 +128,9 @@ struct pipe_closure {
   template <class First>
     requires(!std::ranges::range<std::remove_cvref_t<First>>) && (!is_pipe_closure<std::remove_cvref_t<First>>)
   friend auto operator|(First first, pipe_closure closure) {
-    auto both = [first = std::move(first), closure = std::move(closure)]<class R>(R&& range)
-      requires requires { std::forward<R>(range) | first | closure; }
-    { return std::forward<R>(range) | first | closure; };
+    auto both = [first = std::move(first), closure = std::move(closure)]<class R>(R&& range) {
+      return std::forward<R>(range) | first | closure;
+    };
     return pipe_closure<decltype(both)>{std::move(both)};
   }
 };
@@ -144,6 +146,9 @@ using samples_of_t = std::remove_cvref_t<decltype(*samples_finder<R>::get(std::d
 template <class R>
 concept prefetchable = std::ranges::viewable_range<R> && step_range<std::views::all_t<R>> &&
                        resolves_samples<std::views::all_t<R>>;
+/// ... and whose samples read as T (views::prefetch_as<T>).
+template <class R, class T>
+concept prefetchable_as = prefetchable<R> && dataset_reads_as<samples_of_t<std::views::all_t<R>>, T>;
 
 }  // namespace detail
 
@@ -275,6 +280,7 @@ class prefetch_view : public std::ranges::view_interface<prefetch_view<Steps, T>
     Steps steps;
     prefetch_options prefetch;
     batch_options batch;
+    bool started = false;
     std::optional<loader_type> loader;
     std::optional<typename loader_type::lease> current;
   };
@@ -318,9 +324,11 @@ class prefetch_view : public std::ranges::view_interface<prefetch_view<Steps, T>
   /// constructor (for steps) and next() throw. An input range: begin() may be called once;
   /// for another pass, make another view from the steps.
   [[nodiscard]] iterator begin() {
-    if (state_->loader)
+    if (state_->started)
       throw option_error("views::prefetch: begin() called twice on an input view (make a new view from the steps "
                          "for another pass)");
+    state_->started = true;
+    if (std::ranges::empty(state_->steps)) return iterator(state_.get());  // no steps, no batches, no threads
     state_->loader.emplace(detail::samples_finder<Steps>::get(state_->steps), state_->steps, state_->batch,
                            state_->prefetch);
     state_->current = state_->loader->next();
@@ -381,12 +389,12 @@ struct prefetch_fn {
   /// steps | views::prefetch(prefetch, batch): the batches, built by worker threads.
   [[nodiscard]] auto operator()(const prefetch_options& prefetch = {}, batch_options batch = {}) const {
     return detail::pipe_closure{[prefetch, batch]<class R>(R&& steps)
-                                  requires detail::prefetchable<R>
+                                  requires detail::prefetchable_as<R, T>
                                 { return make(std::forward<R>(steps), prefetch, batch); }};
   }
   /// views::prefetch(steps, prefetch, batch): the same.
   template <class R>
-    requires detail::prefetchable<R>
+    requires detail::prefetchable_as<R, T>
   [[nodiscard]] auto operator()(R&& steps, const prefetch_options& prefetch = {}, batch_options batch = {}) const {
     return make(std::forward<R>(steps), prefetch, std::move(batch));
   }

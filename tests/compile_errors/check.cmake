@@ -1,0 +1,22 @@
+# One compile-error test: compiles SOURCE with -fsyntax-only and checks the outcome its first
+# line names: "// expect: compiles" (the control that proves the command itself works), or
+# "// expect: REGEX" (the compiler must fail, and its output must match REGEX: the name of the
+# requirement that the misuse breaks).
+file(STRINGS "${SOURCE}" first LIMIT_COUNT 1)
+string(REGEX REPLACE "^// expect: " "" expected "${first}")
+execute_process(COMMAND "${COMPILER}" -std=c++20 -fsyntax-only "-I${INCLUDE}" "${SOURCE}"
+                RESULT_VARIABLE result OUTPUT_VARIABLE output ERROR_VARIABLE output)
+if(expected STREQUAL "compiles")
+  if(NOT result EQUAL 0)
+    message(FATAL_ERROR "${SOURCE} should compile, but:\n${output}")
+  endif()
+  message(STATUS "compiles, as expected")
+  return()
+endif()
+if(result EQUAL 0)
+  message(FATAL_ERROR "${SOURCE} compiled; it must not")
+endif()
+if(NOT output MATCHES "${expected}")
+  message(FATAL_ERROR "${SOURCE} failed to compile, but its errors do not name `${expected}`:\n${output}")
+endif()
+message(STATUS "fails to compile, naming `${expected}`, as expected")
