@@ -38,8 +38,7 @@ class MultipackConan(ConanFile):
         basic_layout(self)
 
     def requirements(self):
-        # multipack's public headers include both, so its consumers need their headers too.
-        self.requires("range-v3/0.12.0", transitive_headers=True)
+        # multipack's public headers include it, so its consumers need its headers too.
         self.requires("concurrentqueue/1.0.4", transitive_headers=True)
 
     def validate(self):
@@ -73,7 +72,7 @@ class MultipackConan(ConanFile):
 
         core = self.cpp_info.components["core"]
         core.set_property("cmake_target_name", "multipack::multipack")
-        core.requires = ["range-v3::range-v3", "concurrentqueue::concurrentqueue"]
+        core.requires = ["concurrentqueue::concurrentqueue"]
         core.bindirs = []
         core.libdirs = []
         if self.settings.os in ("Linux", "FreeBSD"):

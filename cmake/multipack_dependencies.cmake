@@ -1,7 +1,6 @@
-# The library's own dependencies: the standard library, range-v3, concurrentqueue, threads.
+# The library's own dependencies: the standard library, concurrentqueue, threads. (No header
+# includes range-v3: the stages take its views, and the tests prove it, but need none of it.)
 find_package(Threads REQUIRED)
-# range-v3's version file wants an exact match: ask for no version.
-find_package(range-v3 CONFIG REQUIRED)
 include(multipack_concurrentqueue)
 if(NOT TARGET concurrentqueue::concurrentqueue)
   message(FATAL_ERROR "multipack: concurrentqueue not found "

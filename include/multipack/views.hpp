@@ -159,17 +159,20 @@ namespace views {
 template <std::ranges::view V>
   requires sample_range<V>
 class packed_view : public std::ranges::view_interface<packed_view<V>> {
-  struct state {
-    indexed_samples<V> samples;
+  struct state : std::enable_shared_from_this<state> {
+    indexed_samples<V> samples_;
     packing packed;
     pack_options options;
 
-    state(V base, const pack_options& o) : samples(std::move(base)), options(o) {
-      const indexed_samples<V>& s = samples;
+    state(V base, const pack_options& o) : samples_(std::move(base)), options(o) {
+      const indexed_samples<V>& s = samples_;
       packed = multipack::pack(std::views::iota(std::size_t{0}, s.size()) |
                                    std::views::transform([&s](std::size_t i) { return s.length(i); }),
                                o);
     }
+    // The iterators reach these two through the state (see position_iterator).
+    [[nodiscard]] std::shared_ptr<const indexed_samples<V>> samples() const { return {this->shared_from_this(), &samples_}; }
+    [[nodiscard]] const pack_options& packing_options() const noexcept { return options; }
   };
   struct row_at {
     std::span<const piece> operator()(const state& s, std::size_t r) const noexcept { return s.packed.rows[r]; }
@@ -196,7 +199,7 @@ class packed_view : public std::ranges::view_interface<packed_view<V>> {
   [[nodiscard]] const pack_options& packing_options() const noexcept { return state_->options; }
   /// The samples the pieces name, shared with the view. O(1).
   [[nodiscard]] std::shared_ptr<const indexed_samples<V>> samples() const noexcept {
-    return {state_, &state_->samples};
+    return state_->samples();
   }
 
  private:
@@ -211,6 +214,12 @@ class shard_view : public std::ranges::view_interface<shard_view<Rows>> {
     Rows rows;
     epoch_schedule schedule;
     std::uint32_t rank = 0;
+    // (the iterators reach the samples through the state: see position_iterator)
+    [[nodiscard]] auto samples() const
+      requires resolves_samples<Rows>
+    {
+      return detail::samples_finder<Rows>::get(rows);
+    }
   };
   struct step_at {
     rows_of_step<Rows> operator()(const state& s, std::size_t step) const {
@@ -255,8 +264,8 @@ class shard_view : public std::ranges::view_interface<shard_view<Rows>> {
 
   [[nodiscard]] const epoch_schedule& schedule() const noexcept { return state_->schedule; }
   [[nodiscard]] std::uint32_t rank() const noexcept { return state_->rank; }
-  /// The rows scheduled (a copy of the view: shares them). O(1).
-  [[nodiscard]] Rows base() const { return state_->rows; }
+  /// The rows scheduled. O(1).
+  [[nodiscard]] const Rows& base() const noexcept { return state_->rows; }
   /// The samples the pieces name, where the rows know them. O(1).
   [[nodiscard]] auto samples() const
     requires resolves_samples<Rows>
@@ -329,8 +338,9 @@ class prefetch_view : public std::ranges::view_interface<prefetch_view<Steps, T>
                          "for another pass)");
     state_->started = true;
     if (std::ranges::empty(state_->steps)) return iterator(state_.get());  // no steps, no batches, no threads
-    state_->loader.emplace(detail::samples_finder<Steps>::get(state_->steps), state_->steps, state_->batch,
-                           state_->prefetch);
+    // The loader refers to the steps this view holds (they may be a move-only view).
+    state_->loader.emplace(detail::samples_finder<Steps>::get(state_->steps),
+                           std::ranges::ref_view<const Steps>(state_->steps), state_->batch, state_->prefetch);
     state_->current = state_->loader->next();
     return iterator(state_.get());
   }

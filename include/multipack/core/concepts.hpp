@@ -216,12 +216,30 @@ struct packing_options_finder<R>
   }
 };
 
+/// A subrange of one's iterators (range-v3's drop and take of an lvalue give one): the
+/// iterators' samples().
+template <class R>
+  requires(!requires(const R& r) { r.samples(); }) && (!requires(const R& r) { r.base(); }) &&
+          requires(const R& r) { std::ranges::begin(r).samples(); }
+struct samples_finder<R> {
+  static constexpr bool found = true;
+  static auto get(const R& r) { return std::ranges::begin(r).samples(); }
+};
+template <class R>
+  requires(!requires(const R& r) { r.packing_options(); }) && (!requires(const R& r) { r.base(); }) &&
+          requires(const R& r) { std::ranges::begin(r).packing_options(); }
+struct packing_options_finder<R> {
+  static constexpr bool found = true;
+  static auto get(const R& r) { return std::ranges::begin(r).packing_options(); }
+};
+
 }  // namespace detail
 
 /// A range of rows or steps that can say which samples its pieces name: it has a member
 /// samples() (a std::shared_ptr<const D> for a token_dataset D), or is a view whose base()
-/// chain leads to one (views::pack's rows under std::views::take, drop, ...). views::pack
-/// and views::shard provide it; a user's own rows provide samples() themselves.
+/// chain leads to one (views::pack's rows under std::views::take, drop, ...), or a subrange
+/// of iterators that have samples() (range-v3's drop of an lvalue). views::pack and
+/// views::shard provide it, and their iterators; a user's own rows provide samples().
 template <class R>
 concept resolves_samples = detail::samples_finder<std::remove_cvref_t<R>>::found;
 

@@ -92,8 +92,9 @@ class device_view : public std::ranges::view_interface<device_view<Steps, T>> {
   [[nodiscard]] iterator begin() {
     if (state_->loader) throw option_error("views::to_device: begin() called twice on an input view");
     const auto& source = state_->source;
-    state_->loader.emplace(multipack::detail::samples_finder<Steps>::get(source.base()), source.base(), source.batch(),
-                           source.prefetch(), state_->device);
+    state_->loader.emplace(multipack::detail::samples_finder<Steps>::get(source.base()),
+                           std::ranges::ref_view<const Steps>(source.base()), source.batch(), source.prefetch(),
+                           state_->device);
     state_->advance();
     return iterator(state_.get());
   }

@@ -50,6 +50,19 @@ class position_iterator {
   /// The position. O(1).
   [[nodiscard]] std::size_t position() const noexcept { return i_; }
 
+  /// What the source knows of its samples and packing, where it does, so that a subrange of
+  /// these iterators still leads to them (see resolves_samples). O(1).
+  [[nodiscard]] auto samples() const
+    requires requires(const Source& s) { s.samples(); }
+  {
+    return source_->samples();
+  }
+  [[nodiscard]] auto packing_options() const
+    requires requires(const Source& s) { s.packing_options(); }
+  {
+    return source_->packing_options();
+  }
+
  private:
   const Source* source_ = nullptr;
   std::size_t i_ = 0;
