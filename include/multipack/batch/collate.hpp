@@ -125,11 +125,12 @@ std::uint32_t checked_row_tokens(const D& dataset, std::span<const piece> row, s
 }
 
 /// The index by which a loss mask describes sample i of `dataset`: its index in the source
-/// dataset where it has one (has_source_dataset: a filter of a dataset), else i. O(1).
+/// dataset where it has one (has_source_dataset: a filter of a dataset), followed to the
+/// dataset that has none; else i. O(views between).
 template <class D>
 std::size_t mask_index(const D& dataset, std::size_t i) {
   if constexpr (has_source_dataset<D>)
-    return dataset.source_index(i);
+    return mask_index(*dataset.source(), dataset.source_index(i));  // a subset of a filter of ...: the first
   else
     return i;
 }
@@ -180,12 +181,13 @@ std::uint64_t write_piece_arrays(const T* input_ids, T* labels, T* position_ids,
 }  // namespace detail
 
 /// Throws format_error unless `mask` describes the samples of `dataset`, or of its source
-/// dataset where it has one (see has_source_dataset and loss_mask::check_matches). A no-op
+/// dataset where it has one, followed to the first (see has_source_dataset and
+/// loss_mask::check_matches). A no-op
 /// for an empty mask. O(samples of the dataset the mask describes).
 template <token_dataset D>
 void check_mask_matches(const loss_mask& mask, const D& dataset) {
   if constexpr (has_source_dataset<D>) {
-    if (dataset.source() != nullptr) mask.check_matches(*dataset.source());
+    if (dataset.source() != nullptr) check_mask_matches(mask, *dataset.source());
   } else {
     mask.check_matches(dataset);
   }

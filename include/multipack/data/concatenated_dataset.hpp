@@ -1,0 +1,153 @@
+#pragma once
+// Many datasets as one: pretraining corpora ship as tens to thousands of shards (Megatron
+// .bin/.idx prefixes, llm.c shards). Sample i of the concatenation is sample i - first(k) of
+// shard k; opening the shards reads their indexes (memory-mapped), never their tokens.
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <span>
+#include <string>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+#include <fnmatch.h>
+
+#include "multipack/core/concepts.hpp"
+#include "multipack/core/error.hpp"
+#include "multipack/core/sample.hpp"
+#include "multipack/data/indexed_dataset.hpp"
+
+namespace multipack {
+
+/// Shards of type D (a token_dataset) as one dataset, in the order given; models
+/// token_dataset and is a random-access range of dataset_sample. Every const member may be
+/// called from several threads at once (the shards' are).
+template <token_dataset D>
+class concatenated_dataset {
+ public:
+  /// No shards, no samples. Never throws.
+  concatenated_dataset() = default;
+
+  /// Takes the shards. Cost: O(shards). Throws option_error when the samples number 2^32 - 1
+  /// or more (pieces number samples with 32 bits).
+  explicit concatenated_dataset(std::vector<D> shards) : shards_(std::move(shards)) {
+    starts_.reserve(shards_.size() + 1);  // starts_ holds the first 0 already
+    for (const D& shard : shards_) starts_.push_back(starts_.back() + static_cast<std::uint64_t>(shard.size()));
+    if (starts_.back() >= UINT32_MAX)
+      throw option_error("concatenated_dataset: " + std::to_string(starts_.back()) +
+                         " samples in all; at most 2^32 - 2 are supported");
+  }
+
+  /// Samples of all shards. O(1), never throws.
+  [[nodiscard]] std::size_t size() const noexcept { return static_cast<std::size_t>(starts_.back()); }
+  [[nodiscard]] bool empty() const noexcept { return size() == 0; }
+  [[nodiscard]] dataset_iterator<concatenated_dataset> begin() const noexcept { return {this, 0}; }
+  [[nodiscard]] dataset_iterator<concatenated_dataset> end() const noexcept { return {this, size()}; }
+
+  /// Tokens in sample i. Throws option_error when i >= size(). O(log shards).
+  [[nodiscard]] std::uint64_t length(std::size_t i) const {
+    const auto [shard, local] = locate(i, "length");
+    return static_cast<std::uint64_t>(shards_[shard].length(local));
+  }
+
+  /// The shard's read_tokens of sample i. Throws option_error when i >= size(), and what the
+  /// shard throws. O(log shards + out.size()).
+  template <batch_token T>
+    requires dataset_reads_as<D, T>
+  void read_tokens(std::size_t i, std::uint64_t first, std::span<T> out) const {
+    const auto [shard, local] = locate(i, "read_tokens");
+    shards_[shard].read_tokens(local, first, out);
+  }
+
+  /// The shard's cache hint. Never throws.
+  void prefetch_tokens(std::size_t i, std::uint64_t first, std::uint64_t count) const noexcept
+    requires prefetching_dataset<D>
+  {
+    if (i >= size()) return;
+    const std::size_t shard = shard_of(i);
+    shards_[shard].prefetch_tokens(i - static_cast<std::size_t>(starts_[shard]), first, count);
+  }
+
+  /// Every shard's changed-file check (see change_checked_dataset). O(shards): two fstat
+  /// calls a shard for indexed datasets.
+  void check_unchanged() const
+    requires change_checked_dataset<D>
+  {
+    for (const D& shard : shards_) shard.check_unchanged();
+  }
+
+  /// The shards, and where each one's samples start. O(1).
+  [[nodiscard]] std::span<const D> shards() const noexcept { return shards_; }
+  /// The first sample of shard k, for k <= shards().size() (the last: size()). O(1).
+  [[nodiscard]] std::uint64_t first_sample(std::size_t k) const { return starts_.at(k); }
+  /// The shard that holds sample i (< size(), the caller's duty). O(log shards).
+  [[nodiscard]] std::size_t shard_of(std::size_t i) const noexcept {
+    return static_cast<std::size_t>(std::upper_bound(starts_.begin() + 1, starts_.end(), std::uint64_t{i}) -
+                                    (starts_.begin() + 1));
+  }
+
+ private:
+  std::pair<std::size_t, std::size_t> locate(std::size_t i, const char* what) const {
+    if (i >= size())
+      throw option_error(std::string("concatenated_dataset: ") + what + ": sample " + std::to_string(i) +
+                         " out of range (the dataset has " + std::to_string(size()) + " samples)");
+    const std::size_t shard = shard_of(i);
+    return {shard, i - static_cast<std::size_t>(starts_[shard])};
+  }
+
+  std::vector<D> shards_;
+  std::vector<std::uint64_t> starts_{0};
+};
+
+/// The prefixes of the Megatron indexed datasets that `where` names, sorted: where is a
+/// directory (every PREFIX there with both PREFIX.idx and PREFIX.bin), or a path whose last
+/// part is a shell pattern (`corpus/shard_*`: the prefixes it matches), or a prefix itself.
+/// Throws option_error when it names nothing, io_error when the directory cannot be read.
+/// O(entries of the directory).
+[[nodiscard]] inline std::vector<std::filesystem::path> indexed_prefixes(const std::filesystem::path& where) {
+  namespace fs = std::filesystem;
+  auto complete = [](const fs::path& prefix) {
+    return fs::is_regular_file(detail::with_suffix(prefix, ".idx")) &&
+           fs::is_regular_file(detail::with_suffix(prefix, ".bin"));
+  };
+  std::error_code error;
+  const bool directory = fs::is_directory(where, error);
+  const std::string pattern = directory ? "*" : where.filename().string();
+  const fs::path folder = directory ? where : (where.has_parent_path() ? where.parent_path() : fs::path("."));
+  if (!directory && pattern.find_first_of("*?[") == std::string::npos) {
+    if (complete(where)) return {where};
+    throw option_error(where.string() + ": no Megatron indexed dataset there (expected " + where.string() +
+                       ".idx and .bin, a directory of them, or a pattern such as shard_*)");
+  }
+  std::vector<fs::path> found;
+  fs::directory_iterator it(folder, error);
+  if (error) throw io_error(folder.string() + ": cannot list: " + error.message());
+  for (; it != fs::directory_iterator(); it.increment(error)) {
+    if (error) throw io_error(folder.string() + ": cannot list: " + error.message());
+    const fs::path entry = it->path();
+    if (entry.extension() != ".idx") continue;
+    fs::path prefix = entry;
+    prefix.replace_extension();
+    if (fnmatch(pattern.c_str(), prefix.filename().c_str(), 0) == 0 && complete(prefix)) found.push_back(prefix);
+  }
+  if (found.empty())
+    throw option_error(where.string() + ": names no Megatron indexed dataset (no PREFIX.idx with its PREFIX.bin)");
+  std::sort(found.begin(), found.end());
+  return found;
+}
+
+/// Opens every prefix as an indexed_dataset and concatenates them in the order given. Reads
+/// each .idx and maps each .bin (no token is read). Throws what indexed_dataset throws,
+/// naming the shard. Cost: O(shards + samples) (the indexes are checked).
+[[nodiscard]] inline concatenated_dataset<indexed_dataset> open_indexed_datasets(
+    std::span<const std::filesystem::path> prefixes) {
+  std::vector<indexed_dataset> shards;
+  shards.reserve(prefixes.size());
+  for (const auto& prefix : prefixes) shards.emplace_back(prefix);
+  return concatenated_dataset<indexed_dataset>(std::move(shards));
+}
+
+}  // namespace multipack

@@ -1,0 +1,216 @@
+// Dataset views that real corpora need: data/alpaca split into 7 shards is, concatenated, the
+// same dataset (it packs and loads exactly as the single file); a blend takes round(w x N)
+// samples of each corpus in whole passes and a (seed, epoch) subset; a subset keeps each
+// sample's identity, so loss masks apply; and misuse gets a clear error.
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <ranges>
+#include <vector>
+
+#include "multipack/data/blended_dataset.hpp"
+#include "multipack/data/concatenated_dataset.hpp"
+#include "multipack/data/indexed_dataset.hpp"
+#include "multipack/data/indexed_dataset_writer.hpp"
+#include "multipack/data/loss_mask.hpp"
+#include "multipack/data/subset_dataset.hpp"
+#include "multipack/views.hpp"
+#include "support/batch_checks.hpp"
+#include "support/expect.hpp"
+#include "support/paths.hpp"
+
+using namespace multipack;
+
+static_assert(token_dataset<concatenated_dataset<indexed_dataset>> &&
+              std::ranges::random_access_range<const concatenated_dataset<indexed_dataset>> &&
+              prefetching_dataset<concatenated_dataset<indexed_dataset>> &&
+              change_checked_dataset<concatenated_dataset<indexed_dataset>>);
+static_assert(token_dataset<blended_dataset<indexed_dataset>> && sample_range<const blended_dataset<indexed_dataset>> &&
+              change_checked_dataset<blended_dataset<indexed_dataset>>);
+static_assert(token_dataset<subset_dataset<indexed_dataset>> && has_source_dataset<subset_dataset<indexed_dataset>> &&
+              prefetching_dataset<subset_dataset<indexed_dataset>>);
+
+namespace {
+
+const indexed_dataset& alpaca() {
+  static const indexed_dataset dataset(test::alpaca_prefix());
+  return dataset;
+}
+
+const loss_mask& alpaca_prompts() {
+  static const loss_mask mask = loss_mask::open_prompt_lengths(test::source_dir() / "data/alpaca/prompt_lengths.txt");
+  return mask;
+}
+
+/// data/alpaca written as shards of the given sizes into `dir` (shard_0 ... shard_N).
+std::vector<std::filesystem::path> write_shards(const std::filesystem::path& dir, const std::vector<std::size_t>& sizes) {
+  std::vector<std::filesystem::path> prefixes;
+  std::size_t next = 0;
+  for (std::size_t k = 0; k < sizes.size(); ++k) {
+    prefixes.push_back(dir / ("shard_" + std::to_string(k)));
+    indexed_dataset_writer writer(prefixes.back(), alpaca().dtype());
+    for (std::size_t i = 0; i < sizes[k]; ++i, ++next) writer.add_sample(alpaca().tokens<std::uint16_t>(next));
+    writer.finish();
+  }
+  REQUIRE(next == alpaca().size());
+  return prefixes;
+}
+
+template <class Batches>
+std::vector<std::vector<std::int64_t>> all_contents(Batches&& batches) {
+  std::vector<std::vector<std::int64_t>> out;
+  for (const auto& b : batches) out.push_back(test::contents(b));
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("data/alpaca in 7 shards, concatenated, packs and loads exactly as the single file") {
+  const auto dir = test::fresh_temp_dir("shards");
+  const auto written = write_shards(dir, {1, 999, 0, 1500, 700, 1300, 500});
+  CHECK(indexed_prefixes(dir) == written);                   // a directory
+  CHECK(indexed_prefixes(dir / "shard_*") == written);       // a pattern
+  CHECK(indexed_prefixes(dir / "shard_[34]").size() == 2);   // a narrower one
+  CHECK(indexed_prefixes(written[3]) == std::vector{written[3]});  // a prefix
+
+  const auto shards = open_indexed_datasets(written);
+  REQUIRE(shards.size() == alpaca().size());
+  CHECK(shards.shards().size() == 7);
+  CHECK(shards.first_sample(3) == 1000);
+  CHECK(shards.shard_of(999) == 1);
+  CHECK(shards.shard_of(1000) == 3);  // shard 2 is empty
+  for (std::size_t i = 0; i < shards.size(); ++i) {
+    REQUIRE(shards.length(i) == alpaca().length(i));
+    std::vector<std::int32_t> a(shards.length(i)), b(alpaca().length(i));
+    shards.read_tokens(i, 0, std::span<std::int32_t>(a));
+    alpaca().read_tokens(i, 0, std::span<std::int32_t>(b));
+    REQUIRE(a == b);
+  }
+  CHECK_NOTHROW(shards.check_unchanged());
+
+  batch_options options;
+  options.mask = alpaca_prompts();  // the single file's mask describes the concatenation too
+  const schedule_options schedule{2, 4, 6, 1};
+  const pack_options packing{2048, packing_algorithm::randomized_exact_fit, overlong_policy::split, 0, 6, 1};
+  for (std::uint32_t rank = 0; rank < 2; ++rank) {
+    const auto one = all_contents(alpaca() | views::pack(packing) | views::shard(schedule, rank) |
+                                  views::prefetch({2, 4}, options));
+    const auto seven = all_contents(shards | views::pack(packing) | views::shard(schedule, rank) |
+                                    views::prefetch({2, 4}, options));
+    CHECK(seven == one);
+  }
+}
+
+TEST_CASE("a blend takes round(w x N) samples of each corpus: whole passes, then a (seed, epoch) subset") {
+  const auto dir = test::fresh_temp_dir("blend");
+  const auto written = write_shards(dir, {4000, 1000});
+  auto open_both = [&] {
+    std::vector<indexed_dataset> corpora;
+    for (const auto& p : written) corpora.emplace_back(p);
+    return corpora;
+  };
+  // N = 5000 at 0.5 / 0.5: 2500 of corpus 0 (no pass, a subset), 2500 of corpus 1 (2 passes + 500)
+  const blended_dataset blend(open_both(), {1.0, 1.0}, {.samples = 5000, .seed = 3, .epoch = 0});
+  REQUIRE(blend.size() == 5000);
+  const auto report = blend.report();
+  CHECK(report[0].weight == 0.5);
+  CHECK(report[0].taken == 2500);
+  CHECK(report[0].whole_passes == 0);
+  CHECK(report[0].subset == 2500);
+  CHECK(report[1].taken == 2500);
+  CHECK(report[1].whole_passes == 2);
+  CHECK(report[1].subset == 500);
+
+  std::map<std::pair<std::size_t, std::size_t>, int> times;
+  std::uint64_t tokens[2] = {0, 0};
+  for (std::size_t i = 0; i < blend.size(); ++i) {
+    const auto [corpus, index] = blend.where(i);
+    ++times[{corpus, index}];
+    tokens[corpus] += blend.length(i);
+    REQUIRE(blend.length(i) == alpaca().length((corpus == 0 ? 0 : 4000) + index));
+  }
+  CHECK(tokens[0] == report[0].tokens);
+  CHECK(tokens[1] == report[1].tokens);
+  std::size_t corpus0 = 0, thrice = 0, twice = 0;
+  for (const auto& [key, n] : times) {
+    if (key.first == 0) {
+      ++corpus0;
+      REQUIRE(n == 1);  // a subset: no repeats
+    } else {
+      REQUIRE((n == 2 || n == 3));
+      (n == 3 ? thrice : twice)++;
+    }
+  }
+  CHECK(corpus0 == 2500);
+  CHECK(thrice == 500);
+  CHECK(twice == 500);
+
+  // The same (seed, epoch) chooses the same subsets; another epoch other ones.
+  const blended_dataset again(open_both(), {1.0, 1.0}, {.samples = 5000, .seed = 3, .epoch = 0});
+  const blended_dataset next(open_both(), {1.0, 1.0}, {.samples = 5000, .seed = 3, .epoch = 1});
+  bool same = true, differs = false;
+  for (std::size_t i = 0; i < blend.size(); ++i) {
+    same = same && again.where(i) == blend.where(i);
+    differs = differs || next.where(i) != blend.where(i);
+  }
+  CHECK(same);
+  CHECK(differs);
+
+  // It packs and loads like any dataset.
+  std::uint64_t real = 0;
+  for (const auto& b : blend | views::pack({4096}) | views::shard({1, 8}, 0) | views::prefetch({2, 4})) real += b.real_tokens;
+  CHECK(real == report[0].tokens + report[1].tokens);
+
+  CHECK(test::contains(test::message_of<option_error>([&] { blended_dataset<indexed_dataset>(open_both(), {1.0, 0.0}); }),
+                       "weight of corpus 1 is 0.000000"));
+  CHECK(test::contains(test::message_of<option_error>([&] { blended_dataset<indexed_dataset>(open_both(), {1.0}); }),
+                       "1 weights for 2 corpora"));
+}
+
+TEST_CASE("a subset keeps each sample's identity: the dataset's loss mask applies") {
+  auto keep = [](const dataset_sample<indexed_dataset>& s) { return s.index() % 4 == 1 && s.length() > 200; };
+  batch_options options;
+  options.mask = alpaca_prompts();
+  const schedule_options schedule{1, 3, 2, 0};
+
+  const subset_dataset by_predicate(indexed_dataset(test::alpaca_prefix()), keep);
+  std::vector<std::size_t> indices;
+  for (std::size_t i = 0; i < alpaca().size(); ++i)
+    if (keep(dataset_sample<indexed_dataset>(&alpaca(), i))) indices.push_back(i);
+  const subset_dataset by_index(indexed_dataset(test::alpaca_prefix()), indices);
+  REQUIRE(by_predicate.size() == indices.size());
+  REQUIRE(by_index.size() == indices.size());
+  for (std::size_t k = 0; k < indices.size(); ++k) REQUIRE(by_predicate.source_index(k) == indices[k]);
+
+  // Batches of the subset equal those of the same filter over the dataset, masks included.
+  const auto filtered = all_contents(alpaca() | std::views::filter(keep) | views::pack({2048}) |
+                                     views::shard(schedule, 0) | views::prefetch({2, 2}, options));
+  CHECK(all_contents(by_predicate | views::pack({2048}) | views::shard(schedule, 0) | views::prefetch({2, 2}, options)) ==
+        filtered);
+  CHECK(all_contents(by_index | views::pack({2048}) | views::shard(schedule, 0) | views::prefetch({2, 2}, options)) ==
+        filtered);
+  // ... and the mask took effect: fewer loss tokens than with no mask.
+  std::uint64_t masked = 0, unmasked = 0;
+  for (const auto& b : by_index | views::pack({2048}) | views::shard(schedule, 0) | views::prefetch({2, 2}, options))
+    masked += b.loss_tokens;
+  for (const auto& b : by_index | views::pack({2048}) | views::shard(schedule, 0) | views::prefetch()) unmasked += b.loss_tokens;
+  CHECK(masked < unmasked);
+
+  const std::vector<std::size_t> bad{3, 5000};
+  CHECK(test::contains(
+      test::message_of<option_error>([&] { subset_dataset<indexed_dataset>(indexed_dataset(test::alpaca_prefix()), bad); }),
+      "index 1 is sample 5000, but the dataset has 5000 samples"));
+}
+
+TEST_CASE("shards that are not there: a clear error") {
+  const auto dir = test::fresh_temp_dir("no_shards");
+  CHECK(test::contains(test::message_of<option_error>([&] { (void)indexed_prefixes(dir); }),
+                       "names no Megatron indexed dataset"));
+  CHECK(test::contains(test::message_of<option_error>([&] { (void)indexed_prefixes(dir / "absent"); }),
+                       "no Megatron indexed dataset there"));
+  CHECK(test::contains(test::message_of<option_error>([&] { (void)indexed_prefixes(dir / "x_*"); }),
+                       "names no Megatron indexed dataset"));
+}
