@@ -6,7 +6,9 @@
 
 #include <doctest/doctest.h>
 
+#include <chrono>
 #include <cstdint>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <ranges>
@@ -22,6 +24,7 @@
 #include "multipack/views.hpp"
 #include "support/batch_checks.hpp"
 #include "support/expect.hpp"
+#include "support/files.hpp"
 #include "support/paths.hpp"
 
 using namespace multipack;
@@ -415,4 +418,38 @@ TEST_CASE("misuse: a clear error, nothing started") {
   auto once = rows | views::shard({1, 2}, 0) | views::prefetch();
   (void)once.begin();
   CHECK(test::contains(test::message_of<option_error>([&] { (void)once.begin(); }), "begin() called twice"));
+}
+
+TEST_CASE("the capabilities of a dataset reach the loader through the views: cache hints, the changed-file check") {
+  auto keep = [](const dataset_sample<indexed_dataset>& s) { return s.length() < 1000; };
+  using filtered = indexed_samples<std::ranges::filter_view<dataset_ref, decltype(keep)>>;
+  static_assert(prefetching_dataset<filtered> && change_checked_dataset<filtered>);
+  static_assert(prefetching_dataset<indexed_samples<std::ranges::take_view<dataset_ref>>>);
+  static_assert(!change_checked_dataset<indexed_samples<std::ranges::ref_view<std::vector<std::vector<int>>>>>);
+
+  // A copy of the data, rewritten under a running pipeline: the next batches fail, naming it.
+  const auto dir = test::fresh_temp_dir("changed_under_views");
+  for (const char* suffix : {".idx", ".bin"}) {
+    std::filesystem::path from = test::alpaca_prefix(), to = dir / "alpaca";
+    from += suffix;
+    to += suffix;
+    std::filesystem::copy_file(from, to);
+  }
+  const indexed_dataset copy(dir / "alpaca");
+  auto batches = copy | std::views::filter(keep) | views::pack({2048}) | views::shard({1, 4}, 0) | views::prefetch({1, 2});
+  auto it = batches.begin();
+  REQUIRE(it != batches.end());
+  const std::filesystem::path bin = dir / "alpaca.bin";
+  {
+    const auto opened_at = std::filesystem::last_write_time(bin);
+    test::write_bytes(bin, test::read_bytes(bin));  // the same bytes: no read can fault
+    std::filesystem::last_write_time(bin, opened_at + std::chrono::seconds(2));
+  }
+  std::uint64_t delivered = 1;
+  const std::string message = test::message_of<io_error>([&] {
+    for (++it; it != batches.end(); ++it) ++delivered;
+  });
+  CHECK(test::contains(message, bin.string()));
+  CHECK(test::contains(message, "changed since it was opened"));
+  CHECK(delivered <= 1 + 2 + 1);  // the batches built before the write, and one in the making
 }
