@@ -271,6 +271,31 @@ TEST_SUITE("device") {
   }
 }
 
+TEST_SUITE("device") {
+  TEST_CASE("views::to_device loads what the user put before it: steps | drop(k) | take(n) | prefetch") {
+    const auto dataset = alpaca();
+    const batch_options options = masked(64);
+    auto steps = *dataset | views::pack({2048}) | views::shard({2, 4, 3, 0}, 1);
+    const std::uint64_t k = 3, n = 9;
+    auto chosen = steps | std::views::drop(k) | std::views::take(n);
+    std::vector<std::vector<std::int64_t>> expected;
+    for (const auto& b : chosen | views::prefetch({2, 3}, options)) expected.push_back(test::contents(b));
+    REQUIRE(expected.size() == n);
+
+    cuda::stream trainer;
+    read_back<std::int32_t> results(
+        checked_layout_of(*steps.samples(), chosen, 0, options.pad_to_multiple), n);
+    std::uint64_t got = 0;
+    {
+      auto device = chosen | views::prefetch({2, 3}, options) | views::to_device(trainer.get(), {2, false, false});
+      for (const batch_view<>& batch : device) results.enqueue(got++, batch, trainer.get());
+      MULTIPACK_CUDA_CHECK(cudaStreamSynchronize(trainer.get()));
+    }
+    REQUIRE(got == n);
+    for (std::uint64_t i = 0; i < n; ++i) REQUIRE(results.contents(i) == expected[i]);
+  }
+}
+
 TEST_SUITE("no_device") {
   TEST_CASE("without a device the loader says why, or hands out host batches when asked to") {
     REQUIRE_FALSE(cuda::device_available());
