@@ -294,9 +294,55 @@ TEST_SUITE("device") {
     REQUIRE(got == n);
     for (std::uint64_t i = 0; i < n; ++i) REQUIRE(results.contents(i) == expected[i]);
   }
+
+  TEST_CASE("views::to_device stages any other range of host batches through pinned memory") {
+    const auto dataset = alpaca();
+    const batch_options options = masked(0);
+    auto steps = *dataset | views::pack({2048}) | views::shard({1, 4, 3, 0}, 0);
+    const std::uint64_t n = 7;
+    std::vector<std::vector<std::int64_t>> expected;
+    for (const auto& b : steps | views::prefetch({2, 3}, options) | std::views::take(n)) expected.push_back(test::contents(b));
+    REQUIRE(expected.size() == n);
+
+    for (const std::size_t in_flight : {std::size_t{1}, std::size_t{3}}) {
+      CAPTURE(in_flight);
+      cuda::stream trainer;
+      read_back<std::int32_t> results(checked_layout_of(*steps.samples(), steps, 0, 0), n);
+      std::uint64_t got = 0;
+      const auto before = test::cuda_calls();
+      {
+        // take(n) over a prefetch view is not a prefetch view: the stager copies each batch.
+        auto device = steps | views::prefetch({2, 3}, options) | std::views::take(n) |
+                      views::to_device(trainer.get(), {in_flight, false, false});
+        for (const batch_view<>& batch : device) results.enqueue(got++, batch, trainer.get());
+        MULTIPACK_CUDA_CHECK(cudaStreamSynchronize(trainer.get()));
+        CHECK(device.statistics().copies == n);
+      }
+      const auto after = test::cuda_calls();
+      CHECK(after.host_allocations - before.host_allocations >= in_flight);  // the staging pool
+      CHECK(after.host_frees - before.host_frees == after.host_allocations - before.host_allocations);
+      CHECK(after.device_frees - before.device_frees == after.device_allocations - before.device_allocations);
+      REQUIRE(got == n);
+      for (std::uint64_t i = 0; i < n; ++i) REQUIRE(results.contents(i) == expected[i]);
+    }
+    CHECK(test::cuda_violations() == 0);
+  }
 }
 
 TEST_SUITE("no_device") {
+  TEST_CASE("staged without a device: the error, or the host batches with host_fallback") {
+    REQUIRE_FALSE(cuda::device_available());
+    const auto dataset = alpaca();
+    auto steps = *dataset | views::pack({2048}) | views::shard({1, 4}, 0);
+    auto staged = steps | views::prefetch() | std::views::take(3) | views::to_device(nullptr);
+    CHECK(test::contains(test::message_of<cuda_error>([&] { (void)staged.begin(); }), "no CUDA device to stage"));
+    std::vector<std::vector<std::int64_t>> host, fallback;
+    for (const auto& b : steps | views::prefetch() | std::views::take(3)) host.push_back(test::contents(b));
+    for (const auto& b : steps | views::prefetch() | std::views::take(3) | views::to_device(nullptr, {3, true, false}))
+      fallback.push_back(test::contents(b));
+    CHECK(fallback == host);
+  }
+
   TEST_CASE("without a device the loader says why, or hands out host batches when asked to") {
     REQUIRE_FALSE(cuda::device_available());
     const auto dataset = alpaca();

@@ -156,11 +156,36 @@ class device_ring {
   std::vector<std::size_t> free_;
 };
 
+/// Queues the copy of the used part of every array; returns the bytes. Full-length rows
+/// make the used parts one contiguous run (the arrays lie back to back): one call.
+template <batch_token T>
+std::uint64_t enqueue_batch_copies(const batch_view<T>& from, const batch_view<T>& to, cudaStream_t copy) {
+  const std::size_t used = from.flat_length();
+  const std::size_t cu_bytes = from.used_cu_seqlens().size_bytes();
+  if (used == from.layout.tokens()) {
+    const std::size_t bytes = 4 * used * sizeof(T) + cu_bytes;
+    MULTIPACK_CUDA_CHECK(cudaMemcpyAsync(to.input_ids.data(), from.input_ids.data(), bytes, cudaMemcpyHostToDevice, copy));
+    return bytes;
+  }
+  const std::span<T> sources[] = {from.input_ids, from.labels, from.position_ids, from.sequence_ids};
+  const std::span<T> targets[] = {to.input_ids, to.labels, to.position_ids, to.sequence_ids};
+  for (std::size_t a = 0; a < 4; ++a)
+    if (used > 0)
+      MULTIPACK_CUDA_CHECK(
+          cudaMemcpyAsync(targets[a].data(), sources[a].data(), used * sizeof(T), cudaMemcpyHostToDevice, copy));
+  if (cu_bytes > 0)
+    MULTIPACK_CUDA_CHECK(
+        cudaMemcpyAsync(to.cu_seqlens.data(), from.cu_seqlens.data(), cu_bytes, cudaMemcpyHostToDevice, copy));
+  return 4 * std::uint64_t{used} * sizeof(T) + cu_bytes;
+}
+
 }  // namespace detail
 
 template <token_dataset D, batch_token T = std::int32_t>
   requires dataset_reads_as<D, T>
 class device_loader;
+template <batch_token T>
+class batch_stager;
 
 /// A batch in device memory, on loan to the consumer until released (or destroyed).
 /// Move-only. Must not outlive its loader.
@@ -236,12 +261,15 @@ class device_batch {
   template <token_dataset D, batch_token U>
     requires dataset_reads_as<D, U>
   friend class device_loader;
+  friend class batch_stager<T>;
 
   device_batch(detail::device_ring* ring, std::size_t slot, const batch_view<T>& view, std::uint64_t step,
                std::uint32_t rank, cudaEvent_t ready) noexcept
       : ring_(ring), slot_(slot), view_(view), step_(step), rank_(rank), ready_(ready) {}
   explicit device_batch(host_lease host) noexcept
       : view_(host->view), step_(host->step), rank_(host->rank), host_(std::move(host)) {}
+  // The stager's host fallback: the caller's host batch, as it is.
+  device_batch(const batch_view<T>& host, std::uint64_t step) noexcept : view_(host), step_(step) {}
 
   detail::device_ring* ring_ = nullptr;
   std::size_t slot_ = 0;
@@ -352,7 +380,7 @@ class device_loader {
     batch_view<T> to = batch_view<T>::over_bytes(layout(), {slot.memory.data(), slot.memory.size()});
     to.copy_results_from(from);
     if (slot.copy_started) slot.copy_started->record(copy);
-    slot.bytes = enqueue_copies(from, to, copy);
+    slot.bytes = detail::enqueue_batch_copies(from, to, copy);
     slot.copied.record(copy);
     slot.timing_pending = slot.copy_started.has_value();
     ++copies_.copies;
@@ -417,28 +445,6 @@ class device_loader {
   prefetch_options with_depth(prefetch_options prefetch) const {
     if (on_device_) prefetch.depth += options_.batches_in_flight;
     return prefetch;
-  }
-
-  /// Queues the copy of the used part of every array; returns the bytes. Full-length rows
-  /// make the used parts one contiguous run (the arrays lie back to back): one call.
-  static std::uint64_t enqueue_copies(const batch_view<T>& from, const batch_view<T>& to, cudaStream_t copy) {
-    const std::size_t used = from.flat_length();
-    const std::size_t cu_bytes = from.used_cu_seqlens().size_bytes();
-    if (used == from.layout.tokens()) {
-      const std::size_t bytes = 4 * used * sizeof(T) + cu_bytes;
-      MULTIPACK_CUDA_CHECK(cudaMemcpyAsync(to.input_ids.data(), from.input_ids.data(), bytes, cudaMemcpyHostToDevice, copy));
-      return bytes;
-    }
-    const std::span<T> sources[] = {from.input_ids, from.labels, from.position_ids, from.sequence_ids};
-    const std::span<T> targets[] = {to.input_ids, to.labels, to.position_ids, to.sequence_ids};
-    for (std::size_t a = 0; a < 4; ++a)
-      if (used > 0)
-        MULTIPACK_CUDA_CHECK(
-            cudaMemcpyAsync(targets[a].data(), sources[a].data(), used * sizeof(T), cudaMemcpyHostToDevice, copy));
-    if (cu_bytes > 0)
-      MULTIPACK_CUDA_CHECK(
-          cudaMemcpyAsync(to.cu_seqlens.data(), from.cu_seqlens.data(), cu_bytes, cudaMemcpyHostToDevice, copy));
-    return 4 * std::uint64_t{used} * sizeof(T) + cu_bytes;
   }
 
   void add_timing(detail::device_slot& slot) {

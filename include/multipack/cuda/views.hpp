@@ -25,8 +25,22 @@
 
 #include "multipack/batch/layout.hpp"
 #include "multipack/core/error.hpp"
+#include "multipack/cuda/batch_stager.hpp"
 #include "multipack/cuda/device_loader.hpp"
 #include "multipack/views.hpp"
+
+namespace multipack::detail {
+template <class R>
+inline constexpr bool is_prefetch_view = false;
+template <class Steps, class T>
+inline constexpr bool is_prefetch_view<views::prefetch_view<Steps, T>> = true;
+template <class B>
+struct batch_token_of {};
+template <class T>
+struct batch_token_of<batch_view<T>> {
+  using type = T;
+};
+}  // namespace multipack::detail
 
 namespace multipack::views {
 
@@ -109,12 +123,103 @@ class device_view : public std::ranges::view_interface<device_view<Steps, T>> {
   std::shared_ptr<state> state_;
 };
 
+/// Any other input range of host batches (batch_view<T>), copied to the device through a
+/// pinned staging pool (see cuda::batch_stager): `prefetch | std::views::take(n)`, a trainer's
+/// own batches. Each host batch is copied before the source moves past it.
+template <std::ranges::view Source, batch_token T = std::int32_t>
+class staged_device_view : public std::ranges::view_interface<staged_device_view<Source, T>> {
+  struct state {
+    Source source;
+    std::optional<std::ranges::iterator_t<Source>> position;
+    cudaStream_t consumer = nullptr;
+    std::optional<cuda::batch_stager<T>> stager;
+    std::optional<cuda::device_batch<T>> current;  // last: released (on `consumer`) before the stager goes
+
+    state(Source s, cudaStream_t c) : source(std::move(s)), consumer(c) {}
+    void take() {
+      if (*position == std::ranges::end(source)) return;
+      current = stager->stage(**position);
+      current->wait(consumer);
+    }
+    void advance() {
+      if (current) current->release(consumer);
+      current.reset();
+      ++*position;
+      take();
+    }
+  };
+
+ public:
+  class iterator {
+   public:
+    using value_type = batch_view<T>;
+    using difference_type = std::ptrdiff_t;
+    using iterator_concept = std::input_iterator_tag;
+
+    iterator() = default;
+    explicit iterator(state* s) noexcept : state_(s) {}
+    iterator(iterator&&) noexcept = default;
+    iterator& operator=(iterator&&) noexcept = default;
+
+    /// The current batch, ready on the consumer's stream; valid until the iterator advances.
+    const batch_view<T>& operator*() const { return state_->current->view(); }
+    /// Releases the current batch on the consumer's stream, moves the source on, stages the next.
+    iterator& operator++() {
+      state_->advance();
+      return *this;
+    }
+    void operator++(int) { ++*this; }
+    friend bool operator==(const iterator& it, std::default_sentinel_t) noexcept { return !it.state_->current.has_value(); }
+
+   private:
+    state* state_ = nullptr;
+  };
+
+  staged_device_view() = default;
+  staged_device_view(Source source, cudaStream_t consumer, const cuda::device_options& device) : device_(device) {
+    cuda::validate(device);
+    state_ = std::make_shared<state>(std::move(source), consumer);
+  }
+  /// Makes the stager and stages the source's first batch (once). Throws what the source's
+  /// begin() and batch_stager throw. An input range: begin() may be called once.
+  [[nodiscard]] iterator begin() {
+    if (state_->stager) throw option_error("views::to_device: begin() called twice on an input view");
+    state_->stager.emplace(device_);
+    state_->position.emplace(std::ranges::begin(state_->source));
+    state_->take();
+    return iterator(state_.get());
+  }
+  [[nodiscard]] std::default_sentinel_t end() const noexcept { return {}; }
+
+  /// The copies so far (zeros before begin()).
+  [[nodiscard]] cuda::device_statistics statistics() const {
+    return state_->stager ? state_->stager->statistics() : cuda::device_statistics{};
+  }
+
+ private:
+  cuda::device_options device_;
+  std::shared_ptr<state> state_;
+};
+
+
 inline constexpr struct to_device_fn {
-  /// prefetched | views::to_device(stream, device): the batches in device memory, each made
-  /// ready on `stream` (the trainer's) and released on it when the loop moves on.
+  /// batches | views::to_device(stream, device): the batches in device memory, each made
+  /// ready on `stream` (the trainer's) and released on it when the loop moves on. A prefetch
+  /// view's workers then collate straight into pinned memory (no host copy); any other input
+  /// range of batch_view<T> is staged through a pinned pool (one host copy a batch).
   [[nodiscard]] auto operator()(cudaStream_t stream, const cuda::device_options& device = {}) const {
-    return multipack::detail::pipe_closure{[stream, device]<class Steps, class T>(const prefetch_view<Steps, T>& source) {
-      return device_view<Steps, T>(source, stream, device);
+    return multipack::detail::pipe_closure{[stream, device]<class R>(R&& source)
+                                             requires std::ranges::input_range<std::remove_cvref_t<R>> &&
+                                                      requires { typename multipack::detail::batch_token_of<std::ranges::range_value_t<R>>::type; }
+                                           {
+      using S = std::remove_cvref_t<R>;
+      if constexpr (multipack::detail::is_prefetch_view<S>) {
+        return device_view<std::remove_cvref_t<decltype(source.base())>,
+                           typename multipack::detail::batch_token_of<std::ranges::range_value_t<S>>::type>(source, stream, device);
+      } else {
+        using T = typename multipack::detail::batch_token_of<std::ranges::range_value_t<R>>::type;
+        return staged_device_view<std::views::all_t<R>, T>(std::views::all(std::forward<R>(source)), stream, device);
+      }
     }};
   }
 } to_device;

@@ -1,0 +1,163 @@
+#pragma once
+// Host batches from anywhere, staged to the device: for a range of batch_view<T> that is not a
+// prefetch view (`prefetch | std::views::take(n)`, a trainer's own batches), whose memory the
+// workers did not build in pinned memory. Each batch is copied once on the host into a pinned
+// buffer (its used bytes), then to a device buffer on the copy stream, ordered by events as
+// device_loader orders its copies (see device_loader.hpp). A prefetch view needs none of this:
+// views::to_device builds a device_loader from it, whose workers collate straight into
+// pinned memory.
+//
+// Nothing here includes range-v3: a .cu translation unit may include this header.
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "multipack/batch/layout.hpp"
+#include "multipack/core/error.hpp"
+#include "multipack/cuda/device_loader.hpp"
+#include "multipack/cuda/error.hpp"
+#include "multipack/cuda/resources.hpp"
+
+namespace multipack::cuda {
+
+template <batch_token T = std::int32_t>
+class batch_stager {
+ public:
+  /// A copy stream, and nothing else until the first batch (its layout sizes the buffers).
+  /// Throws cuda_error when there is no device (unless device.host_fallback), option_error
+  /// for bad options.
+  explicit batch_stager(const device_options& device = {})
+      : options_((validate(device), device)), on_device_(checked_device(device)) {
+    if (on_device_) copy_.emplace(cudaStreamNonBlocking);
+  }
+  batch_stager(const batch_stager&) = delete;
+  batch_stager& operator=(const batch_stager&) = delete;
+
+  /// Waits for the copies still queued and for the consumer work before every release, then
+  /// frees the memory. Every batch must have been released before. Never throws.
+  ~batch_stager() {
+    if (!on_device_) return;
+    static_cast<void>(cudaStreamSynchronize(copy_->get()));
+    if (ring_) ring_->wait_for_releases();
+    for (pinned_buffer& b : buffers_) pinned_.deallocate(b.block.data(), b.block.size(), 256);
+  }
+
+  /// Stages `host`: copies its used bytes into a pinned buffer (the host is free to reuse
+  /// `host` when this returns) and queues their copy to a device buffer. The first batch
+  /// allocates batches_in_flight pinned and device buffers of host.layout.bytes<T>() bytes;
+  /// later batches must have the same layout. On the host fallback, returns `host` itself.
+  /// Blocks only when the pinned buffer to reuse still waits for its copy (queued
+  /// batches_in_flight batches ago). Throws option_error for another layout, or when the
+  /// consumer holds all batches_in_flight batches; cuda_error. Consumer thread only.
+  [[nodiscard]] device_batch<T> stage(const batch_view<T>& host) {
+    const std::uint64_t step = staged_++;
+    if (!on_device_) return device_batch<T>(host, step);
+    if (!layout_) start(host.layout);
+    if (host.layout.micro_batch != layout_->micro_batch || host.layout.capacity != layout_->capacity ||
+        host.layout.pad_to_multiple != layout_->pad_to_multiple ||
+        host.layout.pieces_per_row() != layout_->pieces_per_row())
+      throw option_error("views::to_device: batch " + std::to_string(step) +
+                         " has another layout than the first batch's (micro_batch, capacity, pad_to_multiple and "
+                         "pieces per row must stay the same: the device buffers are sized by the first)");
+    const std::optional<std::size_t> taken = ring_->acquire();
+    if (!taken)
+      throw option_error("views::to_device: the consumer holds all " + std::to_string(ring_->size()) +
+                         " device buffers (device_options::batches_in_flight); release a batch before staging the next");
+    struct slot_guard {  // until the copy is queued, the slot goes back as it was
+      detail::device_ring* ring;
+      std::size_t slot;
+      bool armed = true;
+      ~slot_guard() {
+        if (armed) static_cast<void>(ring->give_back(slot, std::nullopt));
+      }
+    } guard{&*ring_, *taken};
+    detail::device_slot& slot = (*ring_)[*taken];
+    if (slot.release_error != cudaSuccess) {
+      const cudaError_t error = std::exchange(slot.release_error, cudaSuccess);
+      multipack::detail::check_cuda(error, "cudaEventRecord(release of a device batch)", __FILE__, __LINE__);
+    }
+
+    // The host copy, into the pinned buffer whose copy is the oldest (done in steady state).
+    pinned_buffer& buffer = buffers_[next_buffer_];
+    next_buffer_ = (next_buffer_ + 1) % buffers_.size();
+    if (buffer.pending) buffer.copied.synchronize();
+    batch_view<T> staged = batch_view<T>::over_bytes(*layout_, buffer.block);
+    const std::span<T> from[] = {host.used_input_ids(), host.used_labels(), host.used_position_ids(),
+                                 host.used_sequence_ids()};
+    const std::span<T> to[] = {staged.input_ids, staged.labels, staged.position_ids, staged.sequence_ids};
+    for (std::size_t a = 0; a < 4; ++a)
+      if (!from[a].empty()) std::memcpy(to[a].data(), from[a].data(), from[a].size_bytes());
+    const auto cu = host.used_cu_seqlens();
+    if (!cu.empty()) std::memcpy(staged.cu_seqlens.data(), cu.data(), cu.size_bytes());
+    staged.copy_results_from(host);
+
+    cudaStream_t copy = copy_->get();
+    if (slot.release_recorded) {
+      MULTIPACK_CUDA_CHECK(cudaStreamWaitEvent(copy, slot.released.get(), 0));
+      slot.release_recorded = false;
+    }
+    batch_view<T> device = batch_view<T>::over_bytes(*layout_, {slot.memory.data(), slot.memory.size()});
+    device.copy_results_from(staged);
+    slot.bytes = detail::enqueue_batch_copies(staged, device, copy);
+    slot.copied.record(copy);
+    buffer.copied.record(copy);
+    buffer.pending = true;
+    ++copies_.copies;
+    copies_.bytes_copied += slot.bytes;
+    guard.armed = false;
+    return device_batch<T>(&*ring_, *taken, device, step, 0, slot.copied.get());
+  }
+
+  /// Copies so far (copies, bytes_copied; no timing, no host statistics). O(1).
+  [[nodiscard]] device_statistics statistics() const {
+    device_statistics s = copies_;
+    s.on_device = on_device_;
+    return s;
+  }
+  [[nodiscard]] bool on_device() const noexcept { return on_device_; }
+
+ private:
+  struct pinned_buffer {
+    std::span<std::byte> block;
+    event copied;       ///< recorded on the copy stream after the copy out of `block`
+    bool pending = false;
+  };
+
+  static bool checked_device(const device_options& options) {
+    if (device_available()) return true;
+    if (options.host_fallback) return false;
+    throw cuda_error(cudaErrorNoDevice, "views::to_device: no CUDA device to stage batches to (" + no_device_reason() +
+                                            "); set device_options::host_fallback for host batches instead");
+  }
+
+  void start(const batch_layout& layout) {
+    validate(layout);
+    layout_ = layout;
+    const std::size_t bytes = layout.bytes<T>();
+    ring_.emplace(options_.batches_in_flight, bytes, false);
+    buffers_.reserve(options_.batches_in_flight);
+    for (std::size_t i = 0; i < options_.batches_in_flight; ++i)
+      buffers_.push_back({{static_cast<std::byte*>(pinned_.allocate(bytes, 256)), bytes}, event(false), false});
+  }
+
+  device_options options_;
+  bool on_device_;
+  pinned_memory_resource pinned_;  // outlives the buffers
+  std::optional<stream> copy_;
+  std::optional<batch_layout> layout_;
+  std::optional<detail::device_ring> ring_;
+  std::vector<pinned_buffer> buffers_;
+  std::size_t next_buffer_ = 0;
+  std::uint64_t staged_ = 0;
+  device_statistics copies_;
+};
+
+}  // namespace multipack::cuda
