@@ -171,8 +171,15 @@ class indexed_dataset {
   /// A file with exactly n bytes after the document index is accepted as Megatron core's
   /// multimodal layout (sequence_modes); any other trailing length is an error. A file of
   /// exactly 26 + 12n bytes is read as fairseq's layout, whose pointers must run back to back.
-  explicit indexed_dataset(std::filesystem::path prefix)
-      : prefix_(std::move(prefix)),
+  ///
+  /// A template on anything convertible to a path (a path, a string, a char array), so that
+  /// indexed_dataset({a, b}) does not compile: with a path parameter it did, as the path of
+  /// the iterator pair (a, b), and failed at run time. Several prefixes are a concatenation:
+  /// open_indexed_datasets(prefixes) (data/concatenated_dataset.hpp).
+  template <class PathLike>
+    requires std::convertible_to<const PathLike&, std::filesystem::path>
+  explicit indexed_dataset(const PathLike& prefix)
+      : prefix_(prefix),
         idx_(detail::with_suffix(prefix_, ".idx")),
         bin_(detail::with_suffix(prefix_, ".bin")) {
     validate();
