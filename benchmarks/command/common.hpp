@@ -1,9 +1,8 @@
 #pragma once
-// What every subcommand of multipack-bench shares: loading lengths, timing, memory readings,
-// progress on standard error, and the one-line error convention.
+// What every subcommand of multipack-bench shares: timing, memory readings, progress on
+// standard error, text files written in blocks, the dump form of pieces.
 
 #include <cerrno>
-#include <charconv>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -17,22 +16,15 @@
 #include <mutex>
 #include <span>
 #include <string>
-#include <system_error>
 #include <thread>
 #include <vector>
 
 #include <unistd.h>
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
-#include "multipack/core/concepts.hpp"
 #include "multipack/core/error.hpp"
 #include "multipack/core/piece.hpp"
-
-#include "multipack/core/random.hpp"
-#include "multipack/data/indexed_dataset.hpp"
-#include "multipack/data/length_list.hpp"
 
 namespace multipack::bench {
 
@@ -41,21 +33,6 @@ using clock = std::chrono::steady_clock;
 inline double seconds_since(clock::time_point start) {
   return std::chrono::duration<double>(clock::now() - start).count();
 }
-
-/// Accepts digits only, up to 2^64 - 1: CLI11 would otherwise read "-1" into an unsigned
-/// 64-bit option as 2^64 - 1 and saturate larger numbers, and its NonNegativeNumber message
-/// prints the range of a double.
-inline const CLI::Validator non_negative_integer(
-    [](std::string& text) -> std::string {
-      std::uint64_t value = 0;
-      const char* end = text.data() + text.size();
-      const auto parsed = std::from_chars(text.data(), end, value);
-      if (text.empty() || text.find_first_not_of("0123456789") != std::string::npos || parsed.ptr != end ||
-          parsed.ec != std::errc{})
-        return "expected an integer from 0 to 18446744073709551615, got '" + text + "'";
-      return {};
-    },
-    "UINT");
 
 /// Keeps a computed value alive, so that the compiler cannot skip the work of a floor.
 template <class T>
@@ -177,87 +154,11 @@ inline void append_pieces(fmt::memory_buffer& out, std::span<const piece> pieces
   }
 }
 
-/// A dataset seen `copies` times over, sample i being sample i % size() of the original: for
-/// benchmarks that need longer epochs than the embedded data gives. Satisfies token_dataset.
-template <class D>
-class repeated_dataset {
- public:
-  repeated_dataset(std::shared_ptr<const D> inner, std::uint64_t copies)
-      : inner_(std::move(inner)), samples_(inner_->size()), copies_(copies) {
-    if (copies_ == 0) throw option_error("--repeat-data: the data must be seen at least once");
-  }
-  [[nodiscard]] std::size_t size() const noexcept { return samples_ * copies_; }
-  [[nodiscard]] std::uint64_t length(std::size_t i) const { return inner_->length(i % samples_); }
-  template <class Out>
-  void read_tokens(std::size_t i, std::uint64_t first, std::span<Out> out) const {
-    inner_->read_tokens(i % samples_, first, out);
-  }
-  void prefetch_tokens(std::size_t i, std::uint64_t first, std::uint64_t count) const noexcept
-    requires prefetching_dataset<D>
-  {
-    inner_->prefetch_tokens(i % samples_, first, count);
-  }
-  [[nodiscard]] const D& original() const noexcept { return *inner_; }
-
- private:
-  std::shared_ptr<const D> inner_;
-  std::size_t samples_;
-  std::uint64_t copies_;
-};
-
-/// The lengths of a dataset's samples, as the packer takes them; `name` is what errors call it.
-/// Throws format_error naming the sample for one of 2^32 tokens or more.
-template <class D>
-std::vector<std::uint32_t> lengths_of(const D& dataset, const std::string& name) {
-  std::vector<std::uint32_t> lengths(dataset.size());
-  for (std::size_t i = 0; i < lengths.size(); ++i) {
-    const std::uint64_t length = dataset.length(i);
-    if (length > UINT32_MAX)
-      throw format_error(fmt::format("{}: sample {} has {} tokens; at most 2^32 - 1 are supported", name, i, length));
-    lengths[i] = static_cast<std::uint32_t>(length);
-  }
-  return lengths;
-}
-
 /// Throws option_error unless `start_step` is a step of an epoch of `steps` steps.
 inline void check_start_step(std::uint64_t start_step, std::uint64_t steps) {
   if (start_step >= steps)
     throw option_error(fmt::format("--start-step {} is past the end of the epoch ({} steps, numbered from 0)",
                                    start_step, steps));
 }
-
-/// Where lengths come from: an indexed dataset (--data) or a text list (--lengths), optionally
-/// resampled with replacement to N samples (--resample, a fixed seed) for scale benchmarks.
-struct length_source {
-  std::string data;
-  std::string lengths_file;
-  std::uint64_t resample = 0;
-  std::uint64_t resample_seed = 1;
-
-  [[nodiscard]] std::string describe() const {
-    std::string what = lengths_file.empty() ? data : lengths_file;
-    if (resample != 0) what += fmt::format(" resampled to {} (seed {})", resample, resample_seed);
-    return what;
-  }
-
-  [[nodiscard]] std::vector<std::uint32_t> load() const {
-    std::vector<std::uint32_t> lengths;
-    {
-      progress p("reading " + (lengths_file.empty() ? data : lengths_file));
-      if (!lengths_file.empty()) {
-        lengths = read_length_list(lengths_file);
-      } else {
-        lengths = lengths_of(indexed_dataset(data), data);
-      }
-    }
-    if (resample == 0) return lengths;
-    if (lengths.empty()) throw option_error("--resample: the input has no samples to draw from");
-    progress p(fmt::format("drawing {} lengths", resample));
-    std::vector<std::uint32_t> drawn(resample);
-    splitmix64 rng(resample_seed);
-    for (auto& length : drawn) length = lengths[rng.below(lengths.size())];
-    return drawn;
-  }
-};
 
 }  // namespace multipack::bench

@@ -25,6 +25,8 @@
 
 #include "command/busy_wait.hpp"
 #include "command/common.hpp"
+#include "command/load_command.hpp"
+#include "command/load_inputs.hpp"
 #include "multipack/cuda/device_loader.hpp"
 #include "multipack/cuda/error.hpp"
 #include "multipack/cuda/resources.hpp"
@@ -119,7 +121,7 @@ inline double copy_rate(const void* source, void* target, std::size_t bytes, std
 /// (batches, tokens, the time next() blocked) and returning the device's.
 template <batch_token T>
 device_totals run_device_epochs(const load_command_options& o, const load_inputs& in, load_totals& t) {
-  using loader_type = cuda::device_loader<repeated_dataset<indexed_dataset>, T>;
+  using loader_type = cuda::device_loader<typename load_inputs::dataset_type, T>;
   if (!cuda::device_available())
     throw cuda_error(cudaErrorNoDevice, "--device: no CUDA device to load to (" + cuda::no_device_reason() + ")");
   const cuda::device_options device{o.batches_in_flight, false, true};
@@ -136,7 +138,7 @@ device_totals run_device_epochs(const load_command_options& o, const load_inputs
                            o.rank, o.epochs, o.threads, o.depth, o.batches_in_flight));
     const clock::time_point start = clock::now();
     auto loader = std::make_unique<loader_type>(in.dataset, in.first_plan, o.rank, in.batching, in.prefetch, device,
-                                                o.start_step);
+                                                o.schedule.start_step);
     t.startup_seconds = seconds_since(start);
     std::uint64_t pinned_at_start = loader->pinned_memory()->allocations();
     const auto account = [&](loader_type& l) {
@@ -148,7 +150,7 @@ device_totals run_device_epochs(const load_command_options& o, const load_inputs
       d.pinned_allocations_after_start += l.pinned_memory()->allocations() - pinned_at_start;
       t.add_prefetch(s.host);
     };
-    for (std::uint64_t e = o.epoch;; ++e) {
+    for (std::uint64_t e = o.schedule.epoch;; ++e) {
       while (t.batches < limit) {
         const auto asked = clock::now();
         auto batch = loader->next();
@@ -168,7 +170,7 @@ device_totals run_device_epochs(const load_command_options& o, const load_inputs
         batch->release(trainer.get());
       }
       account(*loader);
-      if (e - o.epoch + 1 == o.epochs || t.batches == limit) break;
+      if (e - o.schedule.epoch + 1 == o.epochs || t.batches == limit) break;
       const auto switch_start = clock::now();
       loader.reset();
       const auto plan_start = clock::now();

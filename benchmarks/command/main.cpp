@@ -1,6 +1,7 @@
 // multipack-bench: measures multipack on real data. Subcommands: pack, plan, load, and
 // convert (JSON Lines into the indexed format).
-// Errors end with one line on standard error and a non-zero exit status.
+// Errors end with one line on standard error and a non-zero exit status. Each subcommand is
+// its own translation unit (X_command.cpp); the flags they share are in options.hpp.
 
 #include <cstdio>
 #include <exception>
@@ -19,7 +20,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   std::function<int()> action;
   multipack::bench::pack_command_options pack_options;
-  pack_options.source.data = MULTIPACK_DEFAULT_DATA;
+  pack_options.packing.source.data = MULTIPACK_DEFAULT_DATA;
   multipack::bench::add_pack_command(app, pack_options, action);
   multipack::bench::plan_command_options plan_options;
   plan_options.packing.source.data = MULTIPACK_DEFAULT_DATA;

@@ -2,172 +2,23 @@
 // multipack-bench pack: packs the lengths of a dataset and reports rows against the lower
 // bound, time against a sort of the same lengths (measured in the same run), and memory.
 
-#include <algorithm>
 #include <functional>
 #include <string>
-#include <vector>
 
 #include <CLI/CLI.hpp>
-#include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
-#include "command/common.hpp"
-#include "multipack/pack/pack.hpp"
+#include "command/options.hpp"
 
 namespace multipack::bench {
 
 struct pack_command_options {
-  length_source source;
-  std::uint32_t capacity = 4096;
-  std::string algorithm = std::string(to_string(packing_algorithm::exact_fit));
-  std::string overlong = std::string(to_string(overlong_policy::drop));
-  std::uint32_t max_per_row = 0;
-  std::uint64_t seed = 0;
+  packing_flags packing;
   unsigned repeat = 1;
   bool json = false;
   std::string dump_rows;
 };
 
-/// The options of `pack` that `plan` shares: the input and the packing options.
-inline void add_packing_flags(CLI::App& command, pack_command_options& o) {
-  auto* data = command.add_option("--data", o.source.data, "Megatron indexed dataset PREFIX (PREFIX.idx + PREFIX.bin)")
-                   ->capture_default_str();
-  auto* lengths = command.add_option("--lengths", o.source.lengths_file, "text file: one sample length per line");
-  data->excludes(lengths);
-  command.add_option("--resample", o.source.resample, "draw N lengths with replacement from the input (for scale)")
-      ->check(non_negative_integer);
-  command.add_option("--resample-seed", o.source.resample_seed, "seed of --resample")->capture_default_str()
-      ->check(non_negative_integer);
-  command.add_option("--capacity", o.capacity, "tokens per row")->capture_default_str();
-  command.add_option("--algorithm", o.algorithm,
-                     "exact-fit | best-fit-decreasing | first-fit-decreasing | next-fit | randomized-exact-fit")
-      ->capture_default_str();
-  command.add_option("--overlong", o.overlong, "samples longer than a row: drop | truncate | split | error")
-      ->capture_default_str();
-  command.add_option("--max-per-row", o.max_per_row, "most samples (pieces) in a row; 0 = unlimited")
-      ->capture_default_str();
-  command.add_option("--seed", o.seed, "seed of the randomized algorithm (pack); of every epoch's packing and order (plan)")
-      ->capture_default_str()
-      ->check(non_negative_integer);
-}
-
-[[nodiscard]] inline pack_options to_pack_options(const pack_command_options& o) {
-  return {o.capacity, parse_packing_algorithm(o.algorithm), parse_overlong_policy(o.overlong), o.max_per_row, o.seed};
-}
-
-/// One line a row, the pieces as append_pieces writes them.
-inline void write_rows(const std::string& path, const packed_rows& rows, const std::vector<std::uint32_t>& lengths) {
-  text_file file(path);
-  for (std::size_t r = 0; r < rows.size(); ++r) {
-    append_pieces(file.buffer(), rows[r], lengths);
-    file.buffer().push_back('\n');
-    file.maybe_flush();
-  }
-  file.close();
-}
-
-inline nlohmann::ordered_json report_json(const pack_report& report, const pack_options& options) {
-  return {
-      {"samples", report.samples},
-      {"tokens", report.tokens},
-      {"capacity", report.capacity},
-      {"algorithm", to_string(options.algorithm)},
-      {"overlong", to_string(options.overlong)},
-      {"max_per_row", options.max_per_row},
-      {"seed", options.seed},
-      {"rows", report.rows},
-      {"lower_bound", report.lower_bound},
-      {"rows_over_lower_bound", report.rows_over_lower_bound()},
-      {"efficiency", report.efficiency()},
-      {"pieces", report.pieces},
-      {"packed_samples", report.packed_samples},
-      {"packed_tokens", report.packed_tokens},
-      {"empty_samples", report.empty_samples},
-      {"dropped_samples", report.dropped_samples},
-      {"dropped_tokens", report.dropped_tokens},
-      {"truncated_samples", report.truncated_samples},
-      {"truncated_tokens", report.truncated_tokens},
-      {"split_samples", report.split_samples},
-  };
-}
-
-inline int run_pack_command(const pack_command_options& o) {
-  const pack_options options = to_pack_options(o);
-  validate(options);
-  const std::vector<std::uint32_t> lengths = o.source.load();
-
-  // Peak memory of the packing alone: reset the peak once the input is loaded.
-  const bool peak_reset = reset_peak_rss();
-  const std::uint64_t rss_before = rss_bytes();
-  // The first run pays for the operating system's first touch of the result's memory; later
-  // runs (later epochs of a trainer) do not. Both are reported.
-  packing result;
-  double first_seconds = 0;
-  double pack_seconds = 0;
-  for (unsigned run = 0; run < std::max(1U, o.repeat); ++run) {
-    progress p(fmt::format("packing {} samples ({})", lengths.size(), o.algorithm));
-    result = packing{};
-    const auto start = clock::now();
-    result = pack(lengths, options);
-    const double seconds = seconds_since(start);
-    if (run == 0) first_seconds = pack_seconds = seconds;
-    pack_seconds = std::min(pack_seconds, seconds);
-  }
-  const std::uint64_t peak = peak_rss_bytes();
-  const std::uint64_t pack_peak = peak > rss_before ? peak - rss_before : 0;
-
-  // The floor, in the same run: sorting a copy of the same lengths.
-  std::vector<std::uint32_t> copy = lengths;
-  const auto sort_start = clock::now();
-  std::sort(copy.begin(), copy.end());
-  const double sort_seconds = seconds_since(sort_start);
-
-  if (!o.dump_rows.empty()) {
-    progress p("writing " + o.dump_rows);
-    write_rows(o.dump_rows, result.rows, lengths);
-  }
-
-  const pack_report& r = result.report;
-  const double per_sample = lengths.empty() ? 0.0 : static_cast<double>(pack_peak) / static_cast<double>(lengths.size());
-  if (o.json) {
-    nlohmann::ordered_json out = report_json(r, options);
-    out["input"] = o.source.describe();
-    out["pack_seconds"] = pack_seconds;
-    out["pack_seconds_first_run"] = first_seconds;
-    out["repeat"] = std::max(1U, o.repeat);
-    out["sort_seconds"] = sort_seconds;
-    out["pack_over_sort"] = sort_seconds > 0 ? pack_seconds / sort_seconds : 0.0;
-    out["peak_rss_bytes"] = peak_rss_bytes();
-    out["pack_peak_bytes"] = pack_peak;
-    out["pack_peak_bytes_per_sample"] = per_sample;
-    out["pack_peak_measured_alone"] = peak_reset;
-    fmt::print("{}\n", out.dump());
-    return 0;
-  }
-  fmt::print("multipack-bench pack: {}\n", o.source.describe());
-  fmt::print("  samples        {:>14L}   tokens {:L}\n", r.samples, r.tokens);
-  fmt::print("  algorithm      {:>14}   capacity {}, overlong {}, max per row {}\n", o.algorithm, r.capacity,
-             o.overlong, o.max_per_row == 0 ? std::string("unlimited") : std::to_string(o.max_per_row));
-  fmt::print("  rows           {:>14L}   lower bound {:L} (x {:.5f})\n", r.rows, r.lower_bound, r.rows_over_lower_bound());
-  fmt::print("  efficiency     {:>13.3f}%   packed tokens / (rows x capacity)\n", 100 * r.efficiency());
-  fmt::print("  pack time      {:>12.4f} s   best of {}; first run {:.4f} s; sort of the same lengths {:.4f} s (x {:.2f})\n",
-             pack_seconds, std::max(1U, o.repeat), first_seconds, sort_seconds,
-             sort_seconds > 0 ? pack_seconds / sort_seconds : 0.0);
-  fmt::print("  dropped        {:>14L}   samples, {:L} tokens (longer than a row)\n", r.dropped_samples, r.dropped_tokens);
-  fmt::print("  truncated      {:>14L}   samples, {:L} tokens cut\n", r.truncated_samples, r.truncated_tokens);
-  fmt::print("  split          {:>14L}   samples\n", r.split_samples);
-  fmt::print("  empty          {:>14L}   samples (length 0, not packed)\n", r.empty_samples);
-  fmt::print("  packing memory {:>14L}   bytes peak ({:.1f} bytes a sample)\n", pack_peak, per_sample);
-  return 0;
-}
-
-inline void add_pack_command(CLI::App& app, pack_command_options& o, std::function<int()>& action) {
-  CLI::App* command = app.add_subcommand("pack", "pack sample lengths into rows and report how well and how fast");
-  add_packing_flags(*command, o);
-  command->add_option("--repeat", o.repeat, "pack R times; report the fastest and the first")->capture_default_str();
-  command->add_flag("--json", o.json, "print one JSON object on standard output");
-  command->add_option("--dump-rows", o.dump_rows, "write the rows to FILE, one line a row");
-  command->callback([&] { action = [&] { return run_pack_command(o); }; });
-}
+/// Adds `pack`; when it is the subcommand given, sets `action` to run it.
+void add_pack_command(CLI::App& app, pack_command_options& o, std::function<int()>& action);
 
 }  // namespace multipack::bench

@@ -1,0 +1,156 @@
+#pragma once
+// What a `load` run starts from (the options checked, the data opened, the first epoch
+// planned) and what it measures (load_totals), shared by the host run, the device run and the
+// report.
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <vector>
+
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include "command/batch_dump.hpp"
+#include "command/common.hpp"
+#include "command/inputs.hpp"
+#include "command/load_command.hpp"
+#include "multipack/batch/collate.hpp"
+#include "multipack/batch/layout.hpp"
+#include "multipack/data/indexed_dataset.hpp"
+#include "multipack/data/loss_mask.hpp"
+#include "multipack/pipeline/batch_loader.hpp"
+#include "multipack/pipeline/prefetcher.hpp"
+#include "multipack/schedule/plan.hpp"
+
+namespace multipack::bench {
+
+namespace detail {
+
+inline std::uint64_t physical_memory_bytes() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES);
+  const long page = ::sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(page) : 0;
+}
+
+}  // namespace detail
+
+/// What one run measured.
+struct load_totals {
+  std::uint64_t batches = 0;
+  std::uint64_t tokens = 0;       // B x row_length, summed
+  std::uint64_t real_tokens = 0;  // tokens of pieces
+  std::uint64_t loss_tokens = 0;
+  std::uint64_t padding_rows = 0;
+  std::uint64_t output_bytes = 0;  // used parts of the five arrays
+  std::uint64_t dumped = 0;
+  double seconds = 0;
+  double wait_seconds = 0;
+  double busy_seconds = 0;
+  double ready_sum = 0;  // mean_ready x batches, summed over the epochs
+  std::size_t max_ready = 0;
+  double dump_seconds = 0;
+  double first_plan_seconds = 0;
+  double startup_seconds = 0;  // the first loader's construction, inside `seconds`
+  double later_plan_seconds = 0;
+  double epoch_switch_seconds = 0;  // stopping a loader, planning the next epoch, starting its loader
+
+  /// Counts one batch handed to the trainer.
+  template <batch_token T>
+  void add_batch(const batch_view<T>& v) {
+    ++batches;
+    tokens += v.flat_length();
+    real_tokens += v.real_tokens;
+    loss_tokens += v.loss_tokens;
+    padding_rows += v.padding_rows;
+    output_bytes += v.used_bytes();
+  }
+  /// Adds one loader's prefetcher figures (at the end of its epoch).
+  void add_prefetch(const prefetch_statistics& s) {
+    busy_seconds += s.producer_busy_seconds;
+    ready_sum += s.mean_ready * static_cast<double>(s.batches);
+    max_ready = std::max(max_ready, s.max_ready);
+  }
+};
+
+/// What every load run starts from: the dataset, the batch options, the first epoch's plan.
+struct load_inputs {
+  using dataset_type = repeated_dataset<indexed_dataset>;
+  std::shared_ptr<const dataset_type> dataset;
+  std::vector<std::uint32_t> lengths;  // as `plan` reads them
+  batch_options batching;
+  pack_options packing;
+  schedule_options first_schedule;
+  prefetch_options prefetch;
+  std::shared_ptr<const epoch_plan> first_plan;
+  double first_plan_seconds = 0;
+  std::uint64_t first_steps = 0;
+  batch_layout first_layout;
+
+  /// Epoch e's plan: the first's options with epoch e.
+  [[nodiscard]] std::shared_ptr<const epoch_plan> plan_for(std::uint64_t epoch) const {
+    schedule_options options = first_schedule;
+    options.epoch = epoch;
+    return std::make_shared<const epoch_plan>(plan_epoch(lengths, packing, options));
+  }
+};
+
+/// Checks the options, opens the data and plans the first epoch, with progress lines.
+/// `buffers`: the batch buffers the run allocates up front (refused beyond the machine's memory).
+template <batch_token T>
+load_inputs prepare_load(const load_command_options& o, std::uint64_t buffers) {
+  load_inputs in;
+  in.first_schedule = to_schedule_options(o.schedule, o.packing.seed);
+  validate(in.first_schedule);
+  in.packing = to_pack_options(o.packing);
+  validate(in.packing);
+  in.prefetch = {o.threads, o.depth};
+  validate(in.prefetch);
+  if (o.epochs > std::numeric_limits<std::uint64_t>::max() - o.schedule.epoch)
+    throw option_error(fmt::format("--epoch {} --epochs {}: the last epoch is past 2^64 - 1", o.schedule.epoch, o.epochs));
+
+  // The dataset, opened once and shared by every epoch's loader; its lengths as `plan` reads them.
+  {
+    progress p("reading " + o.packing.source.data);
+    in.dataset = std::make_shared<const repeated_dataset<indexed_dataset>>(
+        std::make_shared<const indexed_dataset>(o.packing.source.data), o.repeat_data);
+    in.lengths = lengths_of(*in.dataset, o.packing.source.data);
+  }
+  in.batching.pad_to_multiple = o.pad_to_multiple;
+  in.batching.collate.train_on_inputs = o.train_on_inputs;
+  if (!o.prompt_lengths.empty()) {
+    in.batching.mask = loss_mask::open_prompt_lengths(o.prompt_lengths);
+    in.batching.mask.check_matches(in.dataset->original());
+    if (o.repeat_data > 1) {
+      std::vector<std::uint32_t> prompts(in.dataset->size());
+      for (std::size_t i = 0; i < prompts.size(); ++i)
+        prompts[i] = in.batching.mask.prompt_length(i % in.dataset->original().size());
+      in.batching.mask = loss_mask::from_prompt_lengths(std::move(prompts), o.prompt_lengths);
+    }
+  }
+  {
+    progress p(fmt::format("planning epoch {} of {} samples", o.schedule.epoch, in.lengths.size()));
+    const auto start = clock::now();
+    in.first_plan = in.plan_for(o.schedule.epoch);
+    in.first_plan_seconds = seconds_since(start);
+  }
+  in.first_steps = in.first_plan->schedule.steps();
+  check_start_step(o.schedule.start_step, in.first_steps);
+  in.first_layout = layout_of(*in.first_plan, o.pad_to_multiple);
+  validate(in.first_layout);
+  const std::uint64_t batch_bytes = in.first_layout.bytes<T>();
+  // Every buffer of the pool is allocated and zero-filled up front: refuse a pool larger than
+  // the machine's memory rather than being killed while filling it.
+  if (const std::uint64_t memory = detail::physical_memory_bytes(); memory != 0) {
+    const double pool = static_cast<double>(buffers) * static_cast<double>(batch_bytes);
+    if (pool > static_cast<double>(memory))
+      throw option_error(fmt::format("--depth {}: {} buffers of {} bytes need {:.3g} GB, more than this machine's {:.3g} GB",
+                                     o.depth, buffers, batch_bytes, pool * 1e-9, static_cast<double>(memory) * 1e-9));
+  }
+  if (!o.dump_batches.empty() && o.dump_count != 0) detail::make_directory(o.dump_batches);
+  return in;
+}
+
+}  // namespace multipack::bench

@@ -1,0 +1,120 @@
+#pragma once
+// The trainer's loop of `load` on the host: takes a batch, holds it for --step-ms (sleeping
+// until the step's deadline), gives it back, asks for the next. The deadline advances by the
+// time next() took and the step, so an oversleep is not added to the run; dumping is left out
+// of every time. Between epochs the trainer waits while the last epoch's loader stops, the
+// next epoch is planned and its loader starts (its buffers allocated): counted as waiting, and
+// apart as epoch_switch_seconds.
+
+#include <chrono>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "command/batch_dump.hpp"
+#include "command/common.hpp"
+#include "command/load_command.hpp"
+#include "command/load_inputs.hpp"
+#include "multipack/pipeline/batch_loader.hpp"
+
+namespace multipack::bench {
+
+/// The simulated trainer's clock: the time waited for batches (the first batch of the run, the
+/// cold start, left out, as the prefetcher does) and the deadline of each step.
+class trainer_clock {
+ public:
+  explicit trainer_clock(double step_ms)
+      : step_(std::chrono::duration_cast<clock::duration>(std::chrono::duration<double, std::milli>(step_ms))),
+        deadline_(clock::now()) {}
+
+  /// Takes the next batch through `next` (a callable returning something that converts to
+  /// bool: false after the last), timing the wait.
+  template <class Next>
+  auto take(load_totals& t, Next&& next) {
+    const auto asked = clock::now();
+    auto batch = next();
+    const auto got = clock::now();
+    if (!first_) t.wait_seconds += std::chrono::duration<double>(got - asked).count();
+    if (batch) {
+      first_ = false;
+      deadline_ += got - asked;
+    }
+    return batch;
+  }
+  /// Moves the deadline by time spent outside the step (dumping, switching epochs).
+  void shift(clock::duration d) { deadline_ += d; }
+  /// Spends the step: sleeps until its deadline.
+  void step() {
+    if (step_.count() == 0) return;
+    deadline_ += step_;
+    std::this_thread::sleep_until(deadline_);
+  }
+
+ private:
+  clock::duration step_;
+  clock::time_point deadline_;
+  bool first_ = true;
+};
+
+/// Hands one batch to the trainer: counts it, dumps it while --dump-count allows (its time
+/// left out of the run) and spends the step.
+template <batch_token T>
+void train_on(const batch_view<T>& v, std::uint64_t epoch, std::uint64_t step, load_totals& t, batch_dumper& dumper,
+              trainer_clock& trainer) {
+  t.add_batch(v);
+  const double dumped_before = dumper.seconds();
+  dumper.add(v, epoch, step);
+  trainer.shift(std::chrono::duration_cast<clock::duration>(
+      std::chrono::duration<double>(dumper.seconds() - dumped_before)));
+  trainer.step();
+}
+
+/// The epochs of the run through batch_loader over each epoch's plan, filling `t`.
+template <batch_token T>
+void run_host_epochs(const load_command_options& o, const load_inputs& in, load_totals& t) {
+  using loader_type = batch_loader<typename load_inputs::dataset_type, T>;
+  const std::uint64_t limit = o.max_steps == 0 ? std::numeric_limits<std::uint64_t>::max() : o.max_steps;
+  batch_dumper dumper(o.dump_batches, o.dump_count, o.epochs > 1, o.rank);
+  progress p(fmt::format("loading rank {}'s batches of {} epoch(s) ({} thread(s), depth {})", o.rank, o.epochs,
+                         o.threads, o.depth));
+  // The clock starts before the first loader is made (its buffers allocated, its workers
+  // started; startup_seconds of the run, as every later epoch's loader is inside it): the
+  // workers may build batches before the constructor returns to this thread (a machine with
+  // fewer cores than threads + 1), and all their work must be inside `seconds`.
+  const clock::time_point start = clock::now();
+  auto loader = std::make_unique<loader_type>(in.dataset, in.first_plan, o.rank, in.batching, in.prefetch,
+                                              o.schedule.start_step);
+  t.startup_seconds = seconds_since(start);
+  clock::time_point end = start;
+  trainer_clock trainer(o.step_ms);
+  for (std::uint64_t e = o.schedule.epoch;; ++e) {
+    while (t.batches < limit) {
+      auto lease = trainer.take(t, [&] { return loader->next(); });
+      if (!lease) break;
+      train_on((*lease)->view, e, lease->step(), t, dumper, trainer);
+    }
+    end = clock::now();
+    t.add_prefetch(loader->statistics());
+    if (e - o.schedule.epoch + 1 == o.epochs || t.batches == limit) break;  // the last loader stops below
+
+    const auto switch_start = clock::now();
+    loader.reset();
+    const auto plan_start = clock::now();
+    std::shared_ptr<const epoch_plan> plan = in.plan_for(e + 1);
+    t.later_plan_seconds += seconds_since(plan_start);
+    loader = std::make_unique<loader_type>(in.dataset, std::move(plan), o.rank, in.batching, in.prefetch, 0);
+    const auto switched = clock::now() - switch_start;
+    t.epoch_switch_seconds += std::chrono::duration<double>(switched).count();
+    t.wait_seconds += std::chrono::duration<double>(switched).count();
+    trainer.shift(switched);
+  }
+  t.dumped = dumper.dumped();
+  t.dump_seconds = dumper.seconds();
+  t.seconds = std::max(0.0, std::chrono::duration<double>(end - start).count() - t.dump_seconds);
+  loader.reset();  // stopped mid-epoch with --max-steps: its workers finish their batch and join
+}
+
+}  // namespace multipack::bench

@@ -1,0 +1,142 @@
+#pragma once
+// The flags that several subcommands share, declared once: the input (--data, --lengths,
+// --resample), the packing (--capacity, --algorithm, ...) and the schedule (--world-size,
+// --micro-batch, --epoch, --remainder, --no-balance, --start-step), with the validators they use.
+
+#include <charconv>
+#include <cstdint>
+#include <string>
+#include <system_error>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "multipack/pack/pack.hpp"
+#include "multipack/schedule/epoch_schedule.hpp"
+
+namespace multipack::bench {
+
+/// Accepts digits only, up to 2^64 - 1: CLI11 would otherwise read "-1" into an unsigned
+/// 64-bit option as 2^64 - 1 and saturate larger numbers, and its NonNegativeNumber message
+/// prints the range of a double.
+inline const CLI::Validator non_negative_integer(
+    [](std::string& text) -> std::string {
+      std::uint64_t value = 0;
+      const char* end = text.data() + text.size();
+      const auto parsed = std::from_chars(text.data(), end, value);
+      if (text.empty() || text.find_first_not_of("0123456789") != std::string::npos || parsed.ptr != end ||
+          parsed.ec != std::errc{})
+        return "expected an integer from 0 to 18446744073709551615, got '" + text + "'";
+      return {};
+    },
+    "UINT");
+
+/// Accepts digits only, from 1 to 2^64 - 1.
+inline const CLI::Validator positive_integer(
+    [](std::string& text) -> std::string {
+      std::string copy = text;
+      if (!non_negative_integer(copy).empty() || text.find_first_not_of('0') == std::string::npos)
+        return "expected an integer from 1 to 18446744073709551615, got '" + text + "'";
+      return {};
+    },
+    "UINT>0");
+
+/// Where the samples come from: an indexed dataset (--data) or a text list of lengths
+/// (--lengths), optionally resampled with replacement to N samples (--resample, a fixed seed)
+/// for scale benchmarks.
+struct input_flags {
+  std::string data;
+  std::string lengths_file;
+  std::uint64_t resample = 0;
+  std::uint64_t resample_seed = 1;
+
+  [[nodiscard]] std::string describe() const {
+    std::string what = lengths_file.empty() ? data : lengths_file;
+    if (resample != 0) what += fmt::format(" resampled to {} (seed {})", resample, resample_seed);
+    return what;
+  }
+};
+
+/// The input and how it is packed: what `pack`, `plan` and `load` share.
+struct packing_flags {
+  input_flags source;
+  std::uint32_t capacity = 4096;
+  std::string algorithm = std::string(to_string(packing_algorithm::exact_fit));
+  std::string overlong = std::string(to_string(overlong_policy::drop));
+  std::uint32_t max_per_row = 0;
+  std::uint64_t seed = 0;
+};
+
+[[nodiscard]] inline pack_options to_pack_options(const packing_flags& o) {
+  return {o.capacity, parse_packing_algorithm(o.algorithm), parse_overlong_policy(o.overlong), o.max_per_row, o.seed};
+}
+
+/// How the rows are scheduled over the ranks: what `plan` and `load` share.
+struct schedule_flags {
+  std::uint32_t world_size = 0;
+  std::uint32_t micro_batch = 0;
+  std::uint64_t epoch = 0;
+  std::string remainder = std::string(to_string(remainder_policy::pad));
+  bool no_balance = false;
+  std::uint64_t start_step = 0;
+};
+
+[[nodiscard]] inline schedule_options to_schedule_options(const schedule_flags& o, std::uint64_t seed,
+                                                          std::uint64_t consumed_rows = 0) {
+  return {o.world_size, o.micro_batch, seed, o.epoch, parse_remainder_policy(o.remainder), !o.no_balance, consumed_rows};
+}
+
+/// --data, --lengths (exclusive), --resample, --resample-seed.
+inline void add_input_flags(CLI::App& command, input_flags& o) {
+  auto* data = command.add_option("--data", o.data, "Megatron indexed dataset PREFIX (PREFIX.idx + PREFIX.bin)")
+                   ->capture_default_str();
+  auto* lengths = command.add_option("--lengths", o.lengths_file, "text file: one sample length per line");
+  data->excludes(lengths);
+  command.add_option("--resample", o.resample, "draw N lengths with replacement from the input (for scale)")
+      ->check(non_negative_integer);
+  command.add_option("--resample-seed", o.resample_seed, "seed of --resample")->capture_default_str()
+      ->check(non_negative_integer);
+}
+
+/// The input flags, then --capacity, --algorithm, --overlong, --max-per-row, --seed.
+inline void add_packing_flags(CLI::App& command, packing_flags& o) {
+  add_input_flags(command, o.source);
+  command.add_option("--capacity", o.capacity, "tokens per row")->capture_default_str();
+  command.add_option("--algorithm", o.algorithm,
+                     "exact-fit | best-fit-decreasing | first-fit-decreasing | next-fit | randomized-exact-fit")
+      ->capture_default_str();
+  command.add_option("--overlong", o.overlong, "samples longer than a row: drop | truncate | split | error")
+      ->capture_default_str();
+  command.add_option("--max-per-row", o.max_per_row, "most samples (pieces) in a row; 0 = unlimited")
+      ->capture_default_str();
+  command.add_option("--seed", o.seed, "seed of the randomized algorithm (pack); of every epoch's packing and order (plan)")
+      ->capture_default_str()
+      ->check(non_negative_integer);
+}
+
+/// How the schedule flags are given: `plan` requires the world and the micro-batch (and leaves
+/// their checks to the schedule's own message), `load` has defaults and checks them here.
+enum class schedule_flags_form : std::uint8_t { required, defaulted };
+
+/// --world-size, --micro-batch, --epoch, --remainder, --no-balance, --start-step.
+inline void add_schedule_flags(CLI::App& command, schedule_flags& o, schedule_flags_form form) {
+  auto* world = command.add_option("--world-size", o.world_size, "ranks (data-parallel processes)");
+  auto* micro = command.add_option("--micro-batch", o.micro_batch, "rows each rank takes a step (a batch)");
+  if (form == schedule_flags_form::required) {
+    world->required();
+    micro->required();
+  } else {
+    world->capture_default_str()->check(positive_integer);
+    micro->capture_default_str()->check(positive_integer);
+  }
+  command.add_option("--epoch", o.epoch, "epoch number (load: the first): with --seed, fixes the packing and the order")
+      ->capture_default_str()
+      ->check(non_negative_integer);
+  command.add_option("--remainder", o.remainder, "rows that do not fill a last step: pad | drop")->capture_default_str();
+  command.add_flag("--no-balance", o.no_balance, "rank r takes the r-th consecutive rows of each step");
+  command.add_option("--start-step", o.start_step, "start at this step (resume): plan dumps, load loads from it")
+      ->capture_default_str()
+      ->check(non_negative_integer);
+}
+
+}  // namespace multipack::bench
