@@ -253,6 +253,18 @@ TEST_CASE("standard views between every pair of stages") {
     CHECK(tail_tokens == tail_expected);
   }
 
+  SUBCASE("rows | transform | shard, steps | transform | prefetch: views that change nothing change no batch") {
+    auto rows = alpaca() | views::pack(options);
+    auto same_rows = rows | std::views::transform([](std::span<const piece> row) { return row; });
+    auto steps = same_rows | views::shard(schedule, 0);
+    auto same_steps = steps | std::views::transform([](const auto& step) { return step; });
+    std::vector<std::vector<std::int64_t>> direct, transformed;
+    for (const auto& b : rows | views::shard(schedule, 0) | views::prefetch()) direct.push_back(test::contents(b));
+    for (const auto& b : same_steps | views::prefetch()) transformed.push_back(test::contents(b));
+    CHECK(transformed == direct);
+    CHECK(!direct.empty());
+  }
+
   SUBCASE("steps | take | prefetch counts; an empty range of steps gives no batch") {
     auto steps = alpaca() | views::pack(options) | views::shard(schedule, 0);
     auto batches = steps | std::views::take(3) | views::prefetch();
