@@ -12,6 +12,7 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <filesystem>
 #include <ranges>
 #include <span>
 #include <type_traits>
@@ -25,6 +26,13 @@ namespace multipack {
 /// copy) or int64 (what PyTorch embedding and loss layers take without a cast).
 template <class T>
 concept batch_token = std::same_as<T, std::int32_t> || std::same_as<T, std::int64_t>;
+
+/// What every function that takes a file's path accepts: a path, a string, a char array.
+/// Those functions are templates on it so that a call with two values in braces, f({a, b}),
+/// does not compile: a std::filesystem::path parameter would take it as the path of the
+/// iterator pair (a, b) and fail at run time.
+template <class P>
+concept path_like = std::convertible_to<const P&, std::filesystem::path>;
 
 // ---------------------------------------------------------------------------------------------
 // Samples

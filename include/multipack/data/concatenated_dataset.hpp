@@ -107,8 +107,10 @@ class concatenated_dataset {
 /// part is a shell pattern (`corpus/shard_*`: the prefixes it matches), or a prefix itself.
 /// Throws option_error when it names nothing, io_error when the directory cannot be read.
 /// O(entries of the directory).
-[[nodiscard]] inline std::vector<std::filesystem::path> indexed_prefixes(const std::filesystem::path& where) {
+template <path_like Path>
+[[nodiscard]] std::vector<std::filesystem::path> indexed_prefixes(const Path& where_value) {
   namespace fs = std::filesystem;
+  const fs::path where(where_value);
   auto complete = [](const fs::path& prefix) {
     return fs::is_regular_file(detail::with_suffix(prefix, ".idx")) &&
            fs::is_regular_file(detail::with_suffix(prefix, ".bin"));

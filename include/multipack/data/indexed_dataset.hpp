@@ -172,13 +172,10 @@ class indexed_dataset {
   /// multimodal layout (sequence_modes); any other trailing length is an error. A file of
   /// exactly 26 + 12n bytes is read as fairseq's layout, whose pointers must run back to back.
   ///
-  /// A template on anything convertible to a path (a path, a string, a char array), so that
-  /// indexed_dataset({a, b}) does not compile: with a path parameter it did, as the path of
-  /// the iterator pair (a, b), and failed at run time. Several prefixes are a concatenation:
-  /// open_indexed_datasets(prefixes) (data/concatenated_dataset.hpp).
-  template <class PathLike>
-    requires std::convertible_to<const PathLike&, std::filesystem::path>
-  explicit indexed_dataset(const PathLike& prefix)
+  /// indexed_dataset({a, b}) does not compile (see path_like); several prefixes are a
+  /// concatenation: open_indexed_datasets(prefixes) (data/concatenated_dataset.hpp).
+  template <path_like Path>
+  explicit indexed_dataset(const Path& prefix)
       : prefix_(prefix),
         idx_(detail::with_suffix(prefix_, ".idx")),
         bin_(detail::with_suffix(prefix_, ".bin")) {

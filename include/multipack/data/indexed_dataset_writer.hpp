@@ -28,6 +28,7 @@
 #include <utility>
 #include <vector>
 
+#include "multipack/core/concepts.hpp"  // path_like
 #include "multipack/core/error.hpp"
 #include "multipack/data/dtype.hpp"
 #include "multipack/data/indexed_dataset.hpp"  // the format's constants
@@ -173,8 +174,9 @@ class indexed_dataset_writer {
  public:
   /// Creates PREFIX.bin.tmp for tokens of type `dtype`. Throws option_error for a dtype value
   /// outside the enum, io_error (naming the path) when the file cannot be created.
-  indexed_dataset_writer(std::filesystem::path prefix, token_dtype dtype)
-      : prefix_(std::move(prefix)), dtype_(dtype), item_size_(dtype_size(dtype)) {
+  template <path_like Path>
+  indexed_dataset_writer(const Path& prefix, token_dtype dtype)
+      : prefix_(prefix), dtype_(dtype), item_size_(dtype_size(dtype)) {
     if (item_size_ == 0)
       throw option_error("indexed_dataset_writer: invalid token_dtype value " +
                          std::to_string(static_cast<unsigned>(dtype)));

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "multipack/core/detail/quote.hpp"
+#include "multipack/core/concepts.hpp"  // path_like
 #include "multipack/core/error.hpp"
 #include "multipack/data/detail/mapped_file.hpp"
 
@@ -87,7 +88,9 @@ namespace multipack {
 /// Reads a length list file (memory-mapped, so a 100 M-line file is not copied). Throws
 /// io_error naming the path when it cannot be opened or mapped (or is not a regular file),
 /// format_error as parse_length_list, with the path as the name. Thread-safe.
-[[nodiscard]] inline std::vector<std::uint32_t> read_length_list(const std::filesystem::path& path) {
+template <path_like Path>
+[[nodiscard]] std::vector<std::uint32_t> read_length_list(const Path& path_like_value) {
+  const std::filesystem::path path(path_like_value);
   const detail::mapped_file file(path);
   const std::string_view text(reinterpret_cast<const char*>(file.data()), file.size());
   return parse_length_list(text, path.string());

@@ -24,6 +24,7 @@
 #include <utility>
 #include <vector>
 
+#include "multipack/core/concepts.hpp"  // path_like
 #include "multipack/core/error.hpp"
 #include "multipack/core/sample.hpp"
 #include "multipack/data/detail/mapped_file.hpp"
@@ -48,7 +49,8 @@ class llmc_dataset {
   /// the header, an unknown magic, a version that does not go with the magic, a negative
   /// token count, or a size other than 1024 + n x token width (truncated or trailing bytes);
   /// option_error when end_of_text does not fit the file's token type.
-  llmc_dataset(std::filesystem::path path, std::uint32_t end_of_text) : file_(path), end_of_text_(end_of_text) {
+  template <path_like Path>
+  llmc_dataset(const Path& path, std::uint32_t end_of_text) : file_(std::filesystem::path(path)), end_of_text_(end_of_text) {
     validate();
     find_samples();
   }

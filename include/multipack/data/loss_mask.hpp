@@ -166,7 +166,9 @@ class loss_mask {
   /// version or reserved field, truncated or with trailing bytes ("<path>: byte <offset>:
   /// ..."), a text file with a bad line ("<path>: line <n>: ...", as parse_length_list) or
   /// binary bytes that are not this format. Thread-safe (opens its own mapping).
-  [[nodiscard]] static loss_mask open_prompt_lengths(const std::filesystem::path& path) {
+  template <path_like Path>
+  [[nodiscard]] static loss_mask open_prompt_lengths(const Path& path_like_value) {
+    const std::filesystem::path path(path_like_value);
     auto file = std::make_shared<const detail::mapped_file>(path);
     const std::string name = path.string();
     if (file->size() == 0)
@@ -197,7 +199,8 @@ class loss_mask {
   /// not read). Throws what indexed_dataset's constructor throws (io_error, format_error,
   /// naming the file), and format_error for a float dtype (a mask is 0/1 integers; a float
   /// file is more likely the wrong file). Thread-safe.
-  [[nodiscard]] static loss_mask open_token_mask(const std::filesystem::path& prefix) {
+  template <path_like Path>
+  [[nodiscard]] static loss_mask open_token_mask(const Path& prefix) {
     auto ds = std::make_shared<const indexed_dataset>(prefix);
     if (!dtype_is_integral(ds->dtype()))
       throw format_error(ds->idx_path().string() + ": byte 17: dtype " +

@@ -10,6 +10,7 @@
 #include <system_error>
 #include <utility>
 
+#include "multipack/core/concepts.hpp"  // path_like
 #include "multipack/core/error.hpp"
 #include "multipack/data/indexed_dataset_writer.hpp"  // detail::buffered_file_writer
 #include "multipack/data/loss_mask.hpp"                // the format's constants
@@ -24,7 +25,8 @@ namespace multipack {
 /// written, closed or renamed.
 class prompt_lengths_writer {
  public:
-  explicit prompt_lengths_writer(std::filesystem::path path) : path_(std::move(path)), tmp_(path_) {
+  template <path_like Path>
+  explicit prompt_lengths_writer(const Path& path) : path_(path), tmp_(path_) {
     tmp_ += ".tmp";
     out_ = detail::buffered_file_writer(tmp_);
     out_.write(detail::prompt_lengths_magic, sizeof detail::prompt_lengths_magic);
@@ -75,7 +77,8 @@ class prompt_lengths_writer {
 
 /// Writes `prompt_lengths` in the binary form to `path` at once (see prompt_lengths_writer).
 /// O(samples) written through a 1 MiB buffer. Thread-safe for different paths.
-inline void write_prompt_lengths(const std::filesystem::path& path, std::span<const std::uint32_t> prompt_lengths) {
+template <path_like Path>
+void write_prompt_lengths(const Path& path, std::span<const std::uint32_t> prompt_lengths) {
   prompt_lengths_writer writer(path);
   writer.add(prompt_lengths);
   writer.finish();
