@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -27,7 +28,7 @@ namespace multipack::bench {
 struct load_command_options {
   packing_flags packing;  // --data, --capacity, --algorithm, --overlong, --max-per-row, --seed
   schedule_flags schedule{.world_size = 1, .micro_batch = 16};
-  std::string prompt_lengths;
+  std::vector<std::string> prompt_lengths;  // one file, or one a prefix or --data entry
   std::uint32_t rank = 0;
   std::uint64_t epochs = 1;
   std::uint64_t max_steps = 0;  // 0: not given, every step

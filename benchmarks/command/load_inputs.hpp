@@ -7,11 +7,13 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include <unistd.h>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "command/batch_dump.hpp"
 #include "command/common.hpp"
@@ -36,6 +38,37 @@ inline std::uint64_t physical_memory_bytes() {
 }
 
 }  // namespace detail
+
+/// The loss mask of --prompt-lengths: one file for the whole input (the form of one prefix),
+/// or one a prefix or one a --data entry, in their order, concatenated. Throws option_error
+/// for a blend (its samples are drawn, not laid out as the files are) and for a count of files
+/// that matches neither; format_error for a file whose count is not its part's.
+inline loss_mask prompt_mask(const std::vector<std::string>& files, const input_dataset& data) {
+  if (data.blended())
+    throw option_error("--prompt-lengths: a blend (weighted --data) with prompt lengths is not supported yet");
+  if (files.size() == 1) return loss_mask::open_prompt_lengths(files.front());
+  std::vector<std::uint64_t> starts{0};
+  if (files.size() == data.shards()) {
+    for (std::size_t k = 1; k <= data.shards(); ++k) starts.push_back(data.first_sample(k));
+  } else if (files.size() == data.corpora().size()) {
+    for (const corpus_summary& c : data.corpora()) starts.push_back(starts.back() + c.samples);
+  } else {
+    throw option_error(fmt::format("--prompt-lengths: {} files for {} prefixes in {} --data entries: give one a prefix "
+                                   "or one an entry, in the same order",
+                                   files.size(), data.shards(), data.corpora().size()));
+  }
+  std::vector<std::uint32_t> all;
+  all.reserve(static_cast<std::size_t>(starts.back()));
+  for (std::size_t k = 0; k < files.size(); ++k) {
+    const loss_mask part = loss_mask::open_prompt_lengths(files[k]);
+    const std::uint64_t expected = starts[k + 1] - starts[k];
+    if (part.size() != expected)
+      throw format_error(fmt::format("{}: {} prompt lengths, but its part of --data (number {} of {}) has {} samples",
+                                     files[k], part.size(), k + 1, files.size(), expected));
+    for (std::size_t i = 0; i < part.size(); ++i) all.push_back(part.prompt_length(i));
+  }
+  return loss_mask::from_prompt_lengths(std::move(all), fmt::format("{}", fmt::join(files, " ")));
+}
 
 /// What one run measured.
 struct load_totals {
@@ -77,7 +110,8 @@ struct load_totals {
 
 /// What every load run starts from: the dataset, the batch options, the first epoch's plan.
 struct load_inputs {
-  using dataset_type = repeated_dataset<indexed_dataset>;
+  using dataset_type = repeated_dataset<input_dataset>;
+  opened_input opened;  // --data as opened, with its cost
   std::shared_ptr<const dataset_type> dataset;
   std::vector<std::uint32_t> lengths;  // as `plan` reads them
   batch_options batching;
@@ -113,21 +147,25 @@ load_inputs prepare_load(const load_command_options& o, std::uint64_t buffers) {
 
   // The dataset, opened once and shared by every epoch's loader; its lengths as `plan` reads them.
   {
-    progress p("reading " + o.packing.source.data);
-    in.dataset = std::make_shared<const repeated_dataset<indexed_dataset>>(
-        std::make_shared<const indexed_dataset>(o.packing.source.data), o.repeat_data);
-    in.lengths = lengths_of(*in.dataset, o.packing.source.data);
+    progress p("reading " + o.packing.source.describe_input());
+    in.opened = open_data(o.packing.source, o.packing.seed, o.schedule.epoch);
+    // A blend's samples are chosen for one epoch; the next epoch's would be another dataset.
+    if (in.opened.dataset->blended() && o.epochs > 1)
+      throw option_error("--epochs: a blend (weighted --data) is chosen for one epoch; load one epoch at a time "
+                         "(--epoch E --epochs 1)");
+    in.dataset = std::make_shared<const load_inputs::dataset_type>(in.opened.dataset, o.repeat_data);
+    in.lengths = lengths_of(*in.dataset, o.packing.source.describe_input());
   }
   in.batching.pad_to_multiple = o.pad_to_multiple;
   in.batching.collate.train_on_inputs = o.train_on_inputs;
   if (!o.prompt_lengths.empty()) {
-    in.batching.mask = loss_mask::open_prompt_lengths(o.prompt_lengths);
+    in.batching.mask = prompt_mask(o.prompt_lengths, in.dataset->original());
     in.batching.mask.check_matches(in.dataset->original());
     if (o.repeat_data > 1) {
       std::vector<std::uint32_t> prompts(in.dataset->size());
       for (std::size_t i = 0; i < prompts.size(); ++i)
         prompts[i] = in.batching.mask.prompt_length(i % in.dataset->original().size());
-      in.batching.mask = loss_mask::from_prompt_lengths(std::move(prompts), o.prompt_lengths);
+      in.batching.mask = loss_mask::from_prompt_lengths(std::move(prompts), in.batching.mask.name());
     }
   }
   {

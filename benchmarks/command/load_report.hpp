@@ -6,11 +6,13 @@
 #include <string>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "command/load_command.hpp"
 #include "command/load_inputs.hpp"
 #include "command/memcpy_floor.hpp"
+#include "command/reports.hpp"
 
 #if MULTIPACK_BENCH_CUDA
 #include "command/device_load.hpp"
@@ -41,8 +43,12 @@ void print_load_report(const load_command_options& o, const load_inputs& in, con
   const char* token_type = sizeof(T) == 4 ? "int32" : "int64";
   if (o.json) {
     nlohmann::ordered_json out;
-    out["input"] = o.packing.source.data;
-    out["prompt_lengths"] = o.prompt_lengths.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(o.prompt_lengths);
+    out["input"] = o.packing.source.describe_input();
+    add_input_json(out, in.opened);
+    // One file: its name, as before several were accepted.
+    out["prompt_lengths"] = o.prompt_lengths.empty()       ? nlohmann::ordered_json(nullptr)
+                            : o.prompt_lengths.size() == 1 ? nlohmann::ordered_json(o.prompt_lengths.front())
+                                                           : nlohmann::ordered_json(o.prompt_lengths);
     out["train_on_inputs"] = o.train_on_inputs;
     out["world_size"] = o.schedule.world_size;
     out["rank"] = o.rank;
@@ -113,10 +119,11 @@ void print_load_report(const load_command_options& o, const load_inputs& in, con
     return;
   }
   constexpr double gb = 1e9;
-  fmt::print("multipack-bench load: {}{}\n", o.packing.source.data,
+  fmt::print("multipack-bench load: {}{}\n", o.packing.source.describe_input(),
              o.prompt_lengths.empty() ? std::string()
-                                      : fmt::format(", prompts from {}{}", o.prompt_lengths,
+                                      : fmt::format(", prompts from {}{}", fmt::join(o.prompt_lengths, " "),
                                                     o.train_on_inputs ? " (trained on)" : " (no loss)"));
+  print_corpora(in.opened);
   fmt::print("  schedule       {:>14}   capacity {}, rank {} of {}, {} rows a step, seed {}, remainder {}, {}\n",
              o.packing.algorithm, o.packing.capacity, o.rank, o.schedule.world_size, o.schedule.micro_batch, o.packing.seed, o.schedule.remainder,
              o.schedule.no_balance ? "not balanced" : "balanced");

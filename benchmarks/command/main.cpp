@@ -20,13 +20,13 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   std::function<int()> action;
   multipack::bench::pack_command_options pack_options;
-  pack_options.packing.source.data = MULTIPACK_DEFAULT_DATA;
+  pack_options.packing.source.data = {MULTIPACK_DEFAULT_DATA};
   multipack::bench::add_pack_command(app, pack_options, action);
   multipack::bench::plan_command_options plan_options;
-  plan_options.packing.source.data = MULTIPACK_DEFAULT_DATA;
+  plan_options.packing.source.data = {MULTIPACK_DEFAULT_DATA};
   multipack::bench::add_plan_command(app, plan_options, action);
   multipack::bench::load_command_options load_options;
-  load_options.packing.source.data = MULTIPACK_DEFAULT_DATA;
+  load_options.packing.source.data = {MULTIPACK_DEFAULT_DATA};
   multipack::bench::add_load_command(app, load_options, action);
   multipack::bench::convert_command_options convert_options;
   multipack::bench::add_convert_command(app, convert_options, action);

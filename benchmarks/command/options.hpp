@@ -7,9 +7,11 @@
 #include <cstdint>
 #include <string>
 #include <system_error>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "multipack/pack/pack.hpp"
 #include "multipack/schedule/epoch_schedule.hpp"
@@ -41,17 +43,23 @@ inline const CLI::Validator positive_integer(
     },
     "UINT>0");
 
-/// Where the samples come from: an indexed dataset (--data) or a text list of lengths
-/// (--lengths), optionally resampled with replacement to N samples (--resample, a fixed seed)
-/// for scale benchmarks.
+/// Where the samples come from: Megatron indexed datasets (--data: prefixes, directories or
+/// patterns, or Megatron-LM's weights and prefixes interleaved for a blend) or a text list of
+/// lengths (--lengths), optionally resampled with replacement to N samples (--resample, a
+/// fixed seed) for scale benchmarks.
 struct input_flags {
-  std::string data;
+  std::vector<std::string> data;
   std::string lengths_file;
   std::uint64_t resample = 0;
   std::uint64_t resample_seed = 1;
+  std::uint64_t blend_samples = 0;  // 0: the corpora's samples in all
 
+  /// The input as given: the --data values, or the --lengths file.
+  [[nodiscard]] std::string describe_input() const {
+    return lengths_file.empty() ? fmt::format("{}", fmt::join(data, " ")) : lengths_file;
+  }
   [[nodiscard]] std::string describe() const {
-    std::string what = lengths_file.empty() ? data : lengths_file;
+    std::string what = describe_input();
     if (resample != 0) what += fmt::format(" resampled to {} (seed {})", resample, resample_seed);
     return what;
   }
@@ -86,15 +94,22 @@ struct schedule_flags {
   return {o.world_size, o.micro_batch, seed, o.epoch, parse_remainder_policy(o.remainder), !o.no_balance, consumed_rows};
 }
 
-/// --data, --lengths (exclusive), --resample, --resample-seed.
+/// --data, --lengths (exclusive), --resample, --resample-seed, --blend-samples.
 inline void add_input_flags(CLI::App& command, input_flags& o) {
-  auto* data = command.add_option("--data", o.data, "Megatron indexed dataset PREFIX (PREFIX.idx + PREFIX.bin)")
+  auto* data = command.add_option("--data", o.data,
+                                  "Megatron indexed datasets: PREFIX (PREFIX.idx + PREFIX.bin), a directory of them or a "
+                                  "pattern (dir/shard_*), several concatenated in order; or weights and prefixes "
+                                  "interleaved for a blend (0.7 corpusA 0.3 corpusB)")
                    ->capture_default_str();
   auto* lengths = command.add_option("--lengths", o.lengths_file, "text file: one sample length per line");
   data->excludes(lengths);
   command.add_option("--resample", o.resample, "draw N lengths with replacement from the input (for scale)")
       ->check(non_negative_integer);
   command.add_option("--resample-seed", o.resample_seed, "seed of --resample")->capture_default_str()
+      ->check(non_negative_integer);
+  command.add_option("--blend-samples", o.blend_samples,
+                     "samples of a blend's epoch (weighted --data); 0: the corpora's samples in all")
+      ->capture_default_str()
       ->check(non_negative_integer);
 }
 

@@ -31,7 +31,8 @@ void write_rows(const std::string& path, const packed_rows& rows, const std::vec
 int run_pack_command(const pack_command_options& o) {
   const pack_options options = to_pack_options(o.packing);
   validate(options);
-  const std::vector<std::uint32_t> lengths = load_lengths(o.packing.source);
+  const opened_input input = load_lengths(o.packing.source, o.packing.seed, 0);
+  const std::vector<std::uint32_t>& lengths = input.lengths;
 
   // Peak memory of the packing alone: reset the peak once the input is loaded.
   const bool peak_reset = reset_peak_rss();
@@ -69,6 +70,7 @@ int run_pack_command(const pack_command_options& o) {
   if (o.json) {
     nlohmann::ordered_json out = report_json(r, options);
     out["input"] = o.packing.source.describe();
+    add_input_json(out, input);
     out["pack_seconds"] = pack_seconds;
     out["pack_seconds_first_run"] = first_seconds;
     out["repeat"] = std::max(1U, o.repeat);
@@ -83,6 +85,7 @@ int run_pack_command(const pack_command_options& o) {
   }
   fmt::print("multipack-bench pack: {}\n", o.packing.source.describe());
   fmt::print("  samples        {:>14L}   tokens {:L}\n", r.samples, r.tokens);
+  print_corpora(input);
   fmt::print("  algorithm      {:>14}   capacity {}, overlong {}, max per row {}\n", o.packing.algorithm, r.capacity,
              o.packing.overlong, o.packing.max_per_row == 0 ? std::string("unlimited") : std::to_string(o.packing.max_per_row));
   fmt::print("  rows           {:>14L}   lower bound {:L} (x {:.5f})\n", r.rows, r.lower_bound, r.rows_over_lower_bound());

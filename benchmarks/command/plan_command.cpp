@@ -46,7 +46,8 @@ int run_plan_command(const plan_command_options& o) {
   pack_options packing_options = to_pack_options(o.packing);
   packing_options.epoch = options.epoch;  // the seed is --seed, the epoch --epoch: one pair for both
   validate(packing_options);
-  const std::vector<std::uint32_t> lengths = load_lengths(o.packing.source);
+  const opened_input input = load_lengths(o.packing.source, o.packing.seed, o.schedule.epoch);
+  const std::vector<std::uint32_t>& lengths = input.lengths;
 
   epoch_plan plan;
   double pack_seconds = 0;
@@ -99,6 +100,7 @@ int run_plan_command(const plan_command_options& o) {
     out["seed"] = o.packing.seed;
     out["epoch_seed"] = packing_options.seed;
     out["input"] = o.packing.source.describe();
+    add_input_json(out, input);
     out["world_size"] = r.world_size;
     out["micro_batch"] = r.micro_batch;
     out["epoch"] = o.schedule.epoch;
@@ -127,6 +129,7 @@ int run_plan_command(const plan_command_options& o) {
   }
   fmt::print("multipack-bench plan: {}\n", o.packing.source.describe());
   fmt::print("  samples        {:>14L}   tokens {:L}\n", packed.samples, packed.tokens);
+  print_corpora(input);
   fmt::print("  packing        {:>14}   capacity {}, {:L} rows (lower bound {:L}), {:.3f}% full, {:.4f} s\n",
              o.packing.algorithm, packed.capacity, packed.rows, packed.lower_bound, 100 * packed.efficiency(), pack_seconds);
   fmt::print("  epoch          {:>14}   seed {}, {} ranks x {} rows a step, remainder {}, {}\n", o.schedule.epoch,
