@@ -140,6 +140,7 @@ device_totals run_device_epochs(const load_command_options& o, const load_inputs
     auto loader = std::make_unique<loader_type>(in.dataset, in.first_plan, o.rank, in.batching, in.prefetch, device,
                                                 o.schedule.start_step);
     t.startup_seconds = seconds_since(start);
+    t.rss_before_first_batch_bytes = pipeline_rss_bytes();
     std::uint64_t pinned_at_start = loader->pinned_memory()->allocations();
     const auto account = [&](loader_type& l) {
       const cuda::device_statistics s = l.statistics();

@@ -44,14 +44,22 @@ constexpr bool built_with_cuda = false;
 
 template <batch_token T>
 int run_load(const load_command_options& o) {
-  const load_inputs in = prepare_load<T>(o, o.device ? o.depth + o.batches_in_flight : o.depth);
+  load_inputs in = prepare_load<T>(o, o.device ? o.depth + o.batches_in_flight : o.depth);
+  // The views pipeline plans for itself: the first plan (its checks, layout and steps, which
+  // the views' are) is not kept, so that memory figures are the views' own.
+  if (o.pipeline == "views") in.first_plan.reset();
   load_totals t;
   t.first_plan_seconds = in.first_plan_seconds;
   std::optional<device_totals> device;
 #if MULTIPACK_BENCH_CUDA
   if (o.device) device = run_device_epochs<T>(o, in, t);
 #endif
-  if (!o.device) run_host_epochs<T>(o, in, t);
+  if (!o.device) {
+    if (o.pipeline == "views")
+      run_views_epochs<T>(o, in, t);
+    else
+      run_host_epochs<T>(o, in, t);
+  }
   const std::uint64_t peak = peak_rss_bytes();
   const memcpy_figures floor = measure_memcpy_floor(t.output_bytes, t.batches, o.threads, o.memcpy_buffer_mib);
   print_load_report<T>(o, in, t, device, floor, peak);
@@ -108,6 +116,11 @@ void add_load_command(CLI::App& app, load_command_options& o, std::function<int(
       ->check(positive_integer);
   command->add_option("--dump-count", o.dump_count, "batches --dump-batches writes")->capture_default_str()
       ->check(non_negative_integer);
+  command->add_option("--pipeline", o.pipeline,
+                      "plan: batch_loader over each epoch's plan_epoch; views: dataset | views::pack | views::shard "
+                      "| std::views::drop(start step) | views::prefetch")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"plan", "views"}));
   command->add_flag("--device", o.device,
                     "copy the batches to the GPU through pinned buffers (multipack::cuda); the simulated step "
                     "is a kernel on the trainer's stream");
@@ -131,6 +144,8 @@ void add_load_command(CLI::App& app, load_command_options& o, std::function<int(
       throw CLI::ValidationError("--threads", fmt::format("{} threads; at most 1024 are supported", o.threads));
     if (o.device && !o.dump_batches.empty())
       throw CLI::ValidationError("--dump-batches", "the batches of --device are in device memory; dump without --device");
+    if (o.device && o.pipeline != "plan")
+      throw CLI::ValidationError("--pipeline", "--device loads through the plan pipeline; drop --pipeline views");
     if (o.device && !built_with_cuda)
       throw CLI::ValidationError("--device", "this multipack-bench was built without CUDA (no CUDA Toolkit, or a "
                                              "sanitizer build): rebuild where /usr/local/cuda is installed");

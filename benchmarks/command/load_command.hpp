@@ -43,6 +43,7 @@ struct load_command_options {
   std::uint64_t dump_count = 4;
   std::uint64_t memcpy_buffer_mib = 0;  // 0: twice the last-level cache, within [64, 256] MiB
   std::uint64_t repeat_data = 1;
+  std::string pipeline = "plan";      // --pipeline: plan (batch_loader over plan_epoch) | views
   bool device = false;                 // --device: through cuda::device_loader to the GPU
   std::size_t batches_in_flight = 3;   // --batches-in-flight: device buffers
 };

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include <malloc.h>
 #include <unistd.h>
 
 #include <fmt/format.h>
@@ -89,6 +90,7 @@ struct load_totals {
   double startup_seconds = 0;  // the first loader's construction, inside `seconds`
   double later_plan_seconds = 0;
   double epoch_switch_seconds = 0;  // stopping a loader, planning the next epoch, starting its loader
+  std::uint64_t rss_before_first_batch_bytes = 0;  // the pipeline built, its loader started
 
   /// Counts one batch handed to the trainer.
   template <batch_token T>
@@ -108,6 +110,18 @@ struct load_totals {
   }
 };
 
+/// Resident memory once the pipeline is built and its loader started: what the pipeline holds
+/// (freed memory given back first, so that what was built and dropped before does not count).
+inline std::uint64_t pipeline_rss_bytes() {
+  ::malloc_trim(0);
+  return rss_bytes();
+}
+
+[[nodiscard]] inline schedule_options with_epoch(schedule_options options, std::uint64_t epoch) {
+  options.epoch = epoch;
+  return options;
+}
+
 /// What every load run starts from: the dataset, the batch options, the first epoch's plan.
 struct load_inputs {
   using dataset_type = repeated_dataset<input_dataset>;
@@ -125,9 +139,7 @@ struct load_inputs {
 
   /// Epoch e's plan: the first's options with epoch e.
   [[nodiscard]] std::shared_ptr<const epoch_plan> plan_for(std::uint64_t epoch) const {
-    schedule_options options = first_schedule;
-    options.epoch = epoch;
-    return std::make_shared<const epoch_plan>(plan_epoch(lengths, packing, options));
+    return std::make_shared<const epoch_plan>(plan_epoch(lengths, packing, with_epoch(first_schedule, epoch)));
   }
 };
 

@@ -98,6 +98,8 @@ void print_load_report(const load_command_options& o, const load_inputs& in, con
     out["epoch_switch_seconds"] = t.epoch_switch_seconds;
     out["dumped_batches"] = t.dumped;
     out["device"] = o.device;
+    out["pipeline"] = o.pipeline;
+    out["rss_before_first_batch_bytes"] = t.rss_before_first_batch_bytes;
 #if MULTIPACK_BENCH_CUDA
     if (device) {
       out["batches_in_flight"] = device->batches_in_flight;
@@ -149,6 +151,8 @@ void print_load_report(const load_command_options& o, const load_inputs& in, con
   fmt::print("  workers busy   {:>12.4f} s   {:.2f}% of threads x time\n", t.busy_seconds, 100 * busy_fraction);
   fmt::print("  ready ahead    {:>14.2f}   batches, mean at a next(); most {}\n", mean_ready, t.max_ready);
   fmt::print("  memory         {:>14L}   bytes a buffer; peak resident {:L} bytes\n", batch_bytes, peak);
+  fmt::print("  pipeline       {:>14}   {:L} bytes resident before the first batch (pipeline built, loader started)\n",
+             o.pipeline, t.rss_before_first_batch_bytes);
   if (t.dumped != 0) fmt::print("  dumped         {:>14L}   batches to {}\n", t.dumped, o.dump_batches);
 #if MULTIPACK_BENCH_CUDA
   if (device) {

@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <optional>
+#include <ranges>
 #include <thread>
 
 #include <fmt/format.h>
@@ -19,6 +21,7 @@
 #include "command/load_command.hpp"
 #include "command/load_inputs.hpp"
 #include "multipack/pipeline/batch_loader.hpp"
+#include "multipack/views.hpp"
 
 namespace multipack::bench {
 
@@ -72,6 +75,22 @@ void train_on(const batch_view<T>& v, std::uint64_t epoch, std::uint64_t step, l
   trainer.step();
 }
 
+/// Counts the time from `switch_start` (one epoch's loader stopped, the next one's built) as
+/// the trainer's wait, and apart as epoch_switch_seconds.
+inline void count_epoch_switch(load_totals& t, trainer_clock& trainer, clock::time_point switch_start) {
+  const auto switched = clock::now() - switch_start;
+  t.epoch_switch_seconds += std::chrono::duration<double>(switched).count();
+  t.wait_seconds += std::chrono::duration<double>(switched).count();
+  trainer.shift(switched);
+}
+
+/// The run's time, `span` less the time spent dumping, and what was dumped.
+inline void finish_run(load_totals& t, const batch_dumper& dumper, clock::duration span) {
+  t.dumped = dumper.dumped();
+  t.dump_seconds = dumper.seconds();
+  t.seconds = std::max(0.0, std::chrono::duration<double>(span).count() - t.dump_seconds);
+}
+
 /// The epochs of the run through batch_loader over each epoch's plan, filling `t`.
 template <batch_token T>
 void run_host_epochs(const load_command_options& o, const load_inputs& in, load_totals& t) {
@@ -88,6 +107,7 @@ void run_host_epochs(const load_command_options& o, const load_inputs& in, load_
   auto loader = std::make_unique<loader_type>(in.dataset, in.first_plan, o.rank, in.batching, in.prefetch,
                                               o.schedule.start_step);
   t.startup_seconds = seconds_since(start);
+  t.rss_before_first_batch_bytes = pipeline_rss_bytes();
   clock::time_point end = start;
   trainer_clock trainer(o.step_ms);
   for (std::uint64_t e = o.schedule.epoch;; ++e) {
@@ -106,15 +126,68 @@ void run_host_epochs(const load_command_options& o, const load_inputs& in, load_
     std::shared_ptr<const epoch_plan> plan = in.plan_for(e + 1);
     t.later_plan_seconds += seconds_since(plan_start);
     loader = std::make_unique<loader_type>(in.dataset, std::move(plan), o.rank, in.batching, in.prefetch, 0);
-    const auto switched = clock::now() - switch_start;
-    t.epoch_switch_seconds += std::chrono::duration<double>(switched).count();
-    t.wait_seconds += std::chrono::duration<double>(switched).count();
-    trainer.shift(switched);
+    count_epoch_switch(t, trainer, switch_start);
   }
-  t.dumped = dumper.dumped();
-  t.dump_seconds = dumper.seconds();
-  t.seconds = std::max(0.0, std::chrono::duration<double>(end - start).count() - t.dump_seconds);
+  finish_run(t, dumper, end - start);
   loader.reset();  // stopped mid-epoch with --max-steps: its workers finish their batch and join
+}
+
+/// The same epochs through the composed views: `dataset | views::pack | views::shard |
+/// std::views::drop(start step) | views::prefetch`, one pipeline an epoch, filling `t`. The
+/// views' begin() starts the workers and takes the first batch in one call: it is the loader's
+/// start here (startup_seconds), and the resident memory is read right after it.
+template <batch_token T>
+void run_views_epochs(const load_command_options& o, const load_inputs& in, load_totals& t) {
+  const auto batches_of = [&](std::uint64_t epoch, std::uint64_t from) {
+    const schedule_options schedule = with_epoch(in.first_schedule, epoch);
+    pack_options packing = in.packing;
+    packing.seed = schedule.seed;  // as plan_epoch: one (seed, epoch) for the packing and the order
+    packing.epoch = epoch;
+    return *in.dataset | views::pack(packing) | views::shard(schedule, o.rank) |
+           std::views::drop(static_cast<std::ptrdiff_t>(from)) | views::prefetch_as<T>(in.prefetch, in.batching);
+  };
+  using batches_type = decltype(batches_of(0, 0));
+  const std::uint64_t limit = o.max_steps == 0 ? std::numeric_limits<std::uint64_t>::max() : o.max_steps;
+  batch_dumper dumper(o.dump_batches, o.dump_count, o.epochs > 1, o.rank);
+  progress p(fmt::format("loading rank {}'s batches of {} epoch(s) through the views ({} thread(s), depth {})", o.rank,
+                         o.epochs, o.threads, o.depth));
+  const clock::time_point start = clock::now();
+  auto batches = std::make_unique<batches_type>(batches_of(o.schedule.epoch, o.schedule.start_step));
+  std::optional<std::ranges::iterator_t<batches_type>> it(batches->begin());
+  t.startup_seconds = seconds_since(start);
+  t.rss_before_first_batch_bytes = pipeline_rss_bytes();
+  clock::time_point end = start;
+  trainer_clock trainer(o.step_ms);
+  std::uint64_t step = o.schedule.start_step;
+  bool taken = true;  // *it is a batch the trainer has not had yet
+  const auto next = [&] {
+    if (!taken) ++*it;
+    taken = false;
+    return *it != batches->end();
+  };
+  for (std::uint64_t e = o.schedule.epoch;; ++e) {
+    while (t.batches < limit) {
+      if (!trainer.take(t, next)) break;
+      train_on(**it, e, step++, t, dumper, trainer);
+    }
+    end = clock::now();
+    t.add_prefetch(batches->statistics());
+    if (e - o.schedule.epoch + 1 == o.epochs || t.batches == limit) break;
+
+    const auto switch_start = clock::now();
+    it.reset();
+    batches.reset();
+    const auto plan_start = clock::now();
+    batches = std::make_unique<batches_type>(batches_of(e + 1, 0));
+    t.later_plan_seconds += seconds_since(plan_start);
+    it.emplace(batches->begin());
+    taken = true;
+    step = 0;
+    count_epoch_switch(t, trainer, switch_start);
+  }
+  finish_run(t, dumper, end - start);
+  it.reset();
+  batches.reset();  // stopped mid-epoch with --max-steps: its workers finish their batch and join
 }
 
 }  // namespace multipack::bench

@@ -55,7 +55,7 @@ same_report() {
 import json, sys
 from dump_format import die
 a, b = (json.load(open(p)) for p in sys.argv[1:3])
-skip = {'input', 'open_seconds', 'open_rss_bytes', 'corpora', 'prompt_lengths'}
+skip = {'input', 'open_seconds', 'open_rss_bytes', 'corpora', 'prompt_lengths', 'pipeline'}
 varying = ('seconds', 'rss', 'peak', 'per_second', 'over_', 'fraction', 'busy', 'ready', 'memcpy')
 for k in a:
     if k in skip or any(v in k for v in varying):
@@ -117,6 +117,27 @@ diff -r "$work/b-one" "$work/b-shards" >/dev/null || fail "load --data shard_*: 
 same_report "$work/load-one.json" "$work/load-shards.json"
 ok "load --data shard_* --prompt-lengths (one a shard): the single file's 6 batches, byte for byte, and report"
 
+# The views pipeline: the same batches as the plan pipeline, over two epochs from a start step,
+# on the shards; both report their memory before the first batch.
+views_flags=(--data "$shards/shard_*" --prompt-lengths "${shard_prompts[@]}" --world-size 3 --rank 2 --micro-batch 4
+  --capacity 2048 --start-step 3 --epochs 2 --algorithm randomized-exact-fit --seed 3 --threads 2
+  --memcpy-buffer-mib 16 --dump-count 1000 --json)
+for pipeline in plan views; do
+  "$bench" load "${views_flags[@]}" --pipeline "$pipeline" --dump-batches "$work/p-$pipeline" >"$work/p-$pipeline.json" \
+    2>"$work/err" || fail "load --pipeline $pipeline: $(cat "$work/err")"
+  "$python" - "$work/p-$pipeline.json" "$pipeline" <<'PY' || fail "load --pipeline $pipeline: the report"
+import json, sys
+from dump_format import die
+r = json.load(open(sys.argv[1]))
+if r['pipeline'] != sys.argv[2] or not r['rss_before_first_batch_bytes'] > 0 or r['dumped_batches'] != r['batches']:
+    die(f'pipeline {r["pipeline"]}, rss_before_first_batch_bytes {r["rss_before_first_batch_bytes"]}, '
+        f'{r["dumped_batches"]} of {r["batches"]} batches dumped')
+PY
+done
+diff -r "$work/p-plan" "$work/p-views" >/dev/null || fail "load --pipeline views: other batches than --pipeline plan"
+same_report "$work/p-plan.json" "$work/p-views.json"
+ok "load --pipeline views: every batch of 2 epochs from step 3 byte for byte as --pipeline plan; the same counts"
+
 # ---------------------------------------------------------------------------------------------
 # 4. A weighted blend: round(w x N) samples from each corpus, N given or the corpora's sum.
 for n in 0 3001; do
@@ -164,6 +185,8 @@ expect_error "3 files for 8 prefixes" --data "$prefix" "$shards" --prompt-length
 expect_error "$shards/shard_1.prompt_lengths" --data "$shards/shard_0" "$shards/shard_3" \
   --prompt-lengths "$shards/shard_0.prompt_lengths" "$shards/shard_1.prompt_lengths"
 expect_error "--epochs" --data 1 "$prefix" 1 "$shards" --epochs 2
+expect_error "--pipeline" --pipeline bogus
+expect_error "--pipeline" --pipeline views --device
 
 rm -rf "$work"
 echo "all inputs command checks passed"
