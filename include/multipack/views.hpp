@@ -138,6 +138,35 @@ struct pipe_closure {
 template <class Apply>
 inline constexpr bool is_pipe_closure<pipe_closure<Apply>> = true;
 
+/// The iterator of the input views of batches (views::prefetch, views::to_device): a pointer
+/// to the view's shared state, which holds the current batch. State has batch() (the current
+/// one), advance() (give it back, take the next) and has_batch().
+template <class State, class T>
+class batch_iterator {
+ public:
+  using value_type = batch_view<T>;
+  using difference_type = std::ptrdiff_t;
+  using iterator_concept = std::input_iterator_tag;
+
+  batch_iterator() = default;
+  explicit batch_iterator(State* s) noexcept : state_(s) {}
+  batch_iterator(batch_iterator&&) noexcept = default;
+  batch_iterator& operator=(batch_iterator&&) noexcept = default;
+
+  /// The current batch; valid until the iterator advances.
+  const batch_view<T>& operator*() const { return state_->batch(); }
+  /// Gives the current batch back and waits for the next.
+  batch_iterator& operator++() {
+    state_->advance();
+    return *this;
+  }
+  void operator++(int) { ++*this; }
+  friend bool operator==(const batch_iterator& it, std::default_sentinel_t) noexcept { return !it.state_->has_batch(); }
+
+ private:
+  State* state_ = nullptr;
+};
+
 /// The samples type of a std::shared_ptr of samples found through a range's base() chain.
 template <class R>
 using samples_of_t = std::remove_cvref_t<decltype(*samples_finder<R>::get(std::declval<const R&>()))>;
@@ -285,41 +314,24 @@ class prefetch_view : public std::ranges::view_interface<prefetch_view<Steps, T>
   using samples_type = detail::samples_of_t<Steps>;
   using loader_type = batch_loader<samples_type, T>;
   struct state {
-    state(Steps s, const prefetch_options& p, batch_options b) : steps(std::move(s)), prefetch(p), batch(std::move(b)) {}
+    state(Steps s, const prefetch_options& p, batch_options b) : steps(std::move(s)), prefetch(p), options(std::move(b)) {}
     Steps steps;
     prefetch_options prefetch;
-    batch_options batch;
+    batch_options options;
     bool started = false;
     std::optional<loader_type> loader;
     std::optional<typename loader_type::lease> current;
+
+    [[nodiscard]] const batch_view<T>& batch() const { return (*current)->view; }
+    [[nodiscard]] bool has_batch() const noexcept { return current.has_value(); }
+    void advance() {
+      current.reset();  // the buffer goes back before the next is waited for
+      current = loader->next();
+    }
   };
 
  public:
-  class iterator {
-   public:
-    using value_type = batch_view<T>;
-    using difference_type = std::ptrdiff_t;
-    using iterator_concept = std::input_iterator_tag;
-
-    iterator() = default;
-    explicit iterator(state* s) noexcept : state_(s) {}
-    iterator(iterator&&) noexcept = default;
-    iterator& operator=(iterator&&) noexcept = default;
-
-    /// The current batch; valid until the iterator advances.
-    const batch_view<T>& operator*() const { return (*state_->current)->view; }
-    /// Gives the current batch's buffer back and waits for the next batch.
-    iterator& operator++() {
-      state_->current.reset();
-      state_->current = state_->loader->next();
-      return *this;
-    }
-    void operator++(int) { ++*this; }
-    friend bool operator==(const iterator& it, std::default_sentinel_t) noexcept { return !it.state_->current.has_value(); }
-
-   private:
-    state* state_ = nullptr;
-  };
+  using iterator = detail::batch_iterator<state, T>;
 
   prefetch_view() = default;
   /// Keeps the steps (a view: shared, not copied) and the options; starts nothing. Throws
@@ -340,8 +352,8 @@ class prefetch_view : public std::ranges::view_interface<prefetch_view<Steps, T>
     if (std::ranges::empty(state_->steps)) return iterator(state_.get());  // no steps, no batches, no threads
     // The loader refers to the steps this view holds (they may be a move-only view).
     state_->loader.emplace(detail::samples_finder<Steps>::get(state_->steps),
-                           std::ranges::ref_view<const Steps>(state_->steps), state_->batch, state_->prefetch);
-    state_->current = state_->loader->next();
+                           std::ranges::ref_view<const Steps>(state_->steps), state_->options, state_->prefetch);
+    state_->advance();
     return iterator(state_.get());
   }
   [[nodiscard]] std::default_sentinel_t end() const noexcept { return {}; }
@@ -352,7 +364,7 @@ class prefetch_view : public std::ranges::view_interface<prefetch_view<Steps, T>
   /// What the view was made with (views::to_device builds its loader from these). O(1).
   [[nodiscard]] const Steps& base() const noexcept { return state_->steps; }
   [[nodiscard]] const prefetch_options& prefetch() const noexcept { return state_->prefetch; }
-  [[nodiscard]] const batch_options& batch() const noexcept { return state_->batch; }
+  [[nodiscard]] const batch_options& batch() const noexcept { return state_->options; }
 
   /// The prefetcher's statistics so far (zeros before begin()).
   [[nodiscard]] prefetch_statistics statistics() const {

@@ -18,11 +18,15 @@
 #include "multipack/data/loss_mask.hpp"
 #include "multipack/data/subset_dataset.hpp"
 #include "multipack/views.hpp"
+#include "support/alpaca.hpp"
 #include "support/batch_checks.hpp"
 #include "support/expect.hpp"
 #include "support/paths.hpp"
 
 using namespace multipack;
+using test::all_contents;
+using test::alpaca;
+using test::alpaca_prompts;
 
 static_assert(token_dataset<concatenated_dataset<indexed_dataset>> &&
               std::ranges::random_access_range<const concatenated_dataset<indexed_dataset>> &&
@@ -34,16 +38,6 @@ static_assert(token_dataset<subset_dataset<indexed_dataset>> && has_source_datas
               prefetching_dataset<subset_dataset<indexed_dataset>>);
 
 namespace {
-
-const indexed_dataset& alpaca() {
-  static const indexed_dataset dataset(test::alpaca_prefix());
-  return dataset;
-}
-
-const loss_mask& alpaca_prompts() {
-  static const loss_mask mask = loss_mask::open_prompt_lengths(test::source_dir() / "data/alpaca/prompt_lengths.txt");
-  return mask;
-}
 
 /// data/alpaca written as shards of the given sizes into `dir` (shard_0 ... shard_N).
 std::vector<std::filesystem::path> write_shards(const std::filesystem::path& dir, const std::vector<std::size_t>& sizes) {
@@ -57,13 +51,6 @@ std::vector<std::filesystem::path> write_shards(const std::filesystem::path& dir
   }
   REQUIRE(next == alpaca().size());
   return prefixes;
-}
-
-template <class Batches>
-std::vector<std::vector<std::int64_t>> all_contents(Batches&& batches) {
-  std::vector<std::vector<std::int64_t>> out;
-  for (const auto& b : batches) out.push_back(test::contents(b));
-  return out;
 }
 
 }  // namespace

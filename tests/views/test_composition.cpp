@@ -22,12 +22,16 @@
 #include "multipack/data/loss_mask.hpp"
 #include "multipack/schedule/plan.hpp"
 #include "multipack/views.hpp"
+#include "support/alpaca.hpp"
 #include "support/batch_checks.hpp"
 #include "support/expect.hpp"
 #include "support/files.hpp"
 #include "support/paths.hpp"
 
 using namespace multipack;
+using test::all_contents;
+using test::alpaca;
+using test::alpaca_prompts;
 
 namespace {
 
@@ -102,24 +106,6 @@ concept prefetches_as = requires(const S& s) { views::prefetch_as<T>(s); };
 static_assert(prefetches_as<int32_only_steps, std::int32_t> && !prefetches_as<int32_only_steps, std::int64_t>);
 
 // --- helpers ---------------------------------------------------------------------------------
-
-const indexed_dataset& alpaca() {
-  static const indexed_dataset dataset(test::alpaca_prefix());
-  return dataset;
-}
-
-const loss_mask& alpaca_prompts() {
-  static const loss_mask mask = loss_mask::open_prompt_lengths(test::source_dir() / "data/alpaca/prompt_lengths.txt");
-  return mask;
-}
-
-/// Every batch of a range of batches, flattened (test::contents), in order.
-template <class Batches>
-std::vector<std::vector<std::int64_t>> all_contents(Batches&& batches) {
-  std::vector<std::vector<std::int64_t>> out;
-  for (const auto& b : batches) out.push_back(test::contents(b));
-  return out;
-}
 
 /// batch_loader's batches of rank `rank` of `plan` from `start`: the reference.
 template <class T = std::int32_t>

@@ -16,24 +16,16 @@
 
 #include "multipack/data/indexed_dataset.hpp"
 #include "multipack/views.hpp"
+#include "support/alpaca.hpp"
 #include "support/batch_checks.hpp"
 #include "support/paths.hpp"
 
 using namespace multipack;
+using test::all_contents;
+using test::alpaca;
+using test::alpaca_prompts;
 
 namespace {
-
-const indexed_dataset& alpaca() {
-  static const indexed_dataset dataset(test::alpaca_prefix());
-  return dataset;
-}
-
-template <class Batches>
-std::vector<std::vector<std::int64_t>> all_contents(Batches&& batches) {
-  std::vector<std::vector<std::int64_t>> out;
-  for (const auto& b : batches) out.push_back(test::contents(b));
-  return out;
-}
 
 auto short_sample = [](const dataset_sample<indexed_dataset>& s) { return s.length() < 400; };
 

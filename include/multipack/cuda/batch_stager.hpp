@@ -67,23 +67,8 @@ class batch_stager {
       throw option_error("views::to_device: batch " + std::to_string(step) +
                          " has another layout than the first batch's (micro_batch, capacity, pad_to_multiple and "
                          "pieces per row must stay the same: the device buffers are sized by the first)");
-    const std::optional<std::size_t> taken = ring_->acquire();
-    if (!taken)
-      throw option_error("views::to_device: the consumer holds all " + std::to_string(ring_->size()) +
-                         " device buffers (device_options::batches_in_flight); release a batch before staging the next");
-    struct slot_guard {  // until the copy is queued, the slot goes back as it was
-      detail::device_ring* ring;
-      std::size_t slot;
-      bool armed = true;
-      ~slot_guard() {
-        if (armed) static_cast<void>(ring->give_back(slot, std::nullopt));
-      }
-    } guard{&*ring_, *taken};
-    detail::device_slot& slot = (*ring_)[*taken];
-    if (slot.release_error != cudaSuccess) {
-      const cudaError_t error = std::exchange(slot.release_error, cudaSuccess);
-      multipack::detail::check_cuda(error, "cudaEventRecord(release of a device batch)", __FILE__, __LINE__);
-    }
+    detail::device_ring::claim claimed = ring_->claim_slot("views::to_device");
+    detail::device_slot& slot = claimed.slot();
 
     // The host copy, into the pinned buffer whose copy is the oldest (done in steady state).
     pinned_buffer& buffer = buffers_[next_buffer_];
@@ -112,8 +97,8 @@ class batch_stager {
     buffer.pending = true;
     ++copies_.copies;
     copies_.bytes_copied += slot.bytes;
-    guard.armed = false;
-    return device_batch<T>(&*ring_, *taken, device, step, 0, slot.copied.get());
+    claimed.keep();
+    return device_batch<T>(&*ring_, claimed.index(), device, step, 0, slot.copied.get());
   }
 
   /// Copies so far (copies, bytes_copied; no timing, no host statistics). O(1).

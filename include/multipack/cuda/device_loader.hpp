@@ -143,6 +143,43 @@ class device_ring {
     return result;
   }
 
+  /// A slot taken for the next copy; it goes back as it was (no event) unless keep() is
+  /// called once the copy is queued.
+  class claim {
+   public:
+    claim(device_ring* ring, std::size_t index) noexcept : ring_(ring), index_(index) {}
+    claim(claim&& other) noexcept : ring_(std::exchange(other.ring_, nullptr)), index_(other.index_) {}
+    claim(const claim&) = delete;
+    claim& operator=(const claim&) = delete;
+    claim& operator=(claim&&) = delete;
+    ~claim() {
+      if (ring_ != nullptr) static_cast<void>(ring_->give_back(index_, std::nullopt));
+    }
+    [[nodiscard]] std::size_t index() const noexcept { return index_; }
+    [[nodiscard]] device_slot& slot() const noexcept { return (*ring_)[index_]; }
+    void keep() noexcept { ring_ = nullptr; }
+
+   private:
+    device_ring* ring_;
+    std::size_t index_;
+  };
+
+  /// A free slot for the next copy. Throws option_error naming `who` when the consumer holds
+  /// every slot, cuda_error for a release of the slot whose event could not be recorded.
+  [[nodiscard]] claim claim_slot(const char* who) {
+    const std::optional<std::size_t> taken = acquire();
+    if (!taken)
+      throw option_error(std::string(who) + ": the consumer holds all " + std::to_string(size()) +
+                         " device buffers (device_options::batches_in_flight); release a batch before asking for the next");
+    claim claimed(this, *taken);
+    device_slot& slot = claimed.slot();
+    if (slot.release_error != cudaSuccess) {
+      const cudaError_t error = std::exchange(slot.release_error, cudaSuccess);
+      multipack::detail::check_cuda(error, "cudaEventRecord(release of a device batch)", __FILE__, __LINE__);
+    }
+    return claimed;
+  }
+
   /// Blocks until the consumer work before every recorded release has passed (before the
   /// memory is freed). Never throws.
   void wait_for_releases() noexcept {
@@ -345,24 +382,8 @@ class device_loader {
       if (!host) return std::nullopt;
       return batch(std::move(*host));
     }
-    const std::optional<std::size_t> taken = ring_->acquire();
-    if (!taken)
-      throw option_error("device_loader: the consumer holds all " + std::to_string(ring_->size()) +
-                         " device buffers (device_options::batches_in_flight); release a batch before asking for the next");
-    // Until the copy is queued the slot goes back as it was, without an event.
-    struct slot_guard {
-      detail::device_ring* ring;
-      std::size_t slot;
-      bool armed = true;
-      ~slot_guard() {
-        if (armed) static_cast<void>(ring->give_back(slot, std::nullopt));
-      }
-    } guard{&*ring_, *taken};
-    detail::device_slot& slot = (*ring_)[*taken];
-    if (slot.release_error != cudaSuccess) {
-      const cudaError_t error = std::exchange(slot.release_error, cudaSuccess);
-      multipack::detail::check_cuda(error, "cudaEventRecord(release of a device batch)", __FILE__, __LINE__);
-    }
+    detail::device_ring::claim claimed = ring_->claim_slot("device_loader");
+    detail::device_slot& slot = claimed.slot();
 
     wait_for_a_pinned_buffer();
     auto host = loader_.next();
@@ -393,8 +414,8 @@ class device_loader {
     pending.lease = std::move(*host);
     ++pending_tail_;
 
-    guard.armed = false;
-    return batch(&*ring_, *taken, to, step, rank, slot.copied.get());
+    claimed.keep();
+    return batch(&*ring_, claimed.index(), to, step, rank, slot.copied.get());
   }
 
   /// Statistics so far. Consumer thread only. O(1).

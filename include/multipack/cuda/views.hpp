@@ -58,6 +58,8 @@ class device_view : public std::ranges::view_interface<device_view<Steps, T>> {
     std::optional<cuda::device_loader<samples_type, T>> loader;
     std::optional<cuda::device_batch<T>> current;  // last: released (on `consumer`) before the loader goes
 
+    [[nodiscard]] const batch_view<T>& batch() const { return current->view(); }
+    [[nodiscard]] bool has_batch() const noexcept { return current.has_value(); }
     void advance() {
       if (current) current->release(consumer);
       current.reset();
@@ -67,30 +69,7 @@ class device_view : public std::ranges::view_interface<device_view<Steps, T>> {
   };
 
  public:
-  class iterator {
-   public:
-    using value_type = batch_view<T>;
-    using difference_type = std::ptrdiff_t;
-    using iterator_concept = std::input_iterator_tag;
-
-    iterator() = default;
-    explicit iterator(state* s) noexcept : state_(s) {}
-    iterator(iterator&&) noexcept = default;
-    iterator& operator=(iterator&&) noexcept = default;
-
-    /// The current batch, ready on the consumer's stream; valid until the iterator advances.
-    const batch_view<T>& operator*() const { return state_->current->view(); }
-    /// Releases the current batch on the consumer's stream and takes the next.
-    iterator& operator++() {
-      state_->advance();
-      return *this;
-    }
-    void operator++(int) { ++*this; }
-    friend bool operator==(const iterator& it, std::default_sentinel_t) noexcept { return !it.state_->current.has_value(); }
-
-   private:
-    state* state_ = nullptr;
-  };
+  using iterator = multipack::detail::batch_iterator<state, T>;
 
   device_view() = default;
   device_view(prefetch_view<Steps, T> source, cudaStream_t consumer, const cuda::device_options& device) {
@@ -136,6 +115,8 @@ class staged_device_view : public std::ranges::view_interface<staged_device_view
     std::optional<cuda::device_batch<T>> current;  // last: released (on `consumer`) before the stager goes
 
     state(Source s, cudaStream_t c) : source(std::move(s)), consumer(c) {}
+    [[nodiscard]] const batch_view<T>& batch() const { return current->view(); }
+    [[nodiscard]] bool has_batch() const noexcept { return current.has_value(); }
     void take() {
       if (*position == std::ranges::end(source)) return;
       current = stager->stage(**position);
@@ -150,30 +131,7 @@ class staged_device_view : public std::ranges::view_interface<staged_device_view
   };
 
  public:
-  class iterator {
-   public:
-    using value_type = batch_view<T>;
-    using difference_type = std::ptrdiff_t;
-    using iterator_concept = std::input_iterator_tag;
-
-    iterator() = default;
-    explicit iterator(state* s) noexcept : state_(s) {}
-    iterator(iterator&&) noexcept = default;
-    iterator& operator=(iterator&&) noexcept = default;
-
-    /// The current batch, ready on the consumer's stream; valid until the iterator advances.
-    const batch_view<T>& operator*() const { return state_->current->view(); }
-    /// Releases the current batch on the consumer's stream, moves the source on, stages the next.
-    iterator& operator++() {
-      state_->advance();
-      return *this;
-    }
-    void operator++(int) { ++*this; }
-    friend bool operator==(const iterator& it, std::default_sentinel_t) noexcept { return !it.state_->current.has_value(); }
-
-   private:
-    state* state_ = nullptr;
-  };
+  using iterator = multipack::detail::batch_iterator<state, T>;
 
   staged_device_view() = default;
   staged_device_view(Source source, cudaStream_t consumer, const cuda::device_options& device) : device_(device) {
