@@ -229,6 +229,10 @@ class repeated_dataset {
     inner_->check_unchanged();
   }
   [[nodiscard]] const D& original() const noexcept { return *inner_; }
+  /// Sample i is sample i % size of the original: loss masks of the original apply by that
+  /// index (has_source_dataset), whatever their form.
+  [[nodiscard]] const D* source() const noexcept { return inner_.get(); }
+  [[nodiscard]] std::size_t source_index(std::size_t i) const noexcept { return i % samples_; }
 
  private:
   std::shared_ptr<const D> inner_;

@@ -80,8 +80,12 @@ void add_load_command(CLI::App& app, load_command_options& o, std::function<int(
   std::vector<CLI::Option*> refused;
   for (const char* name : {"--lengths", "--resample", "--resample-seed"})
     refused.push_back(command->get_option(name)->group(""));
-  command->add_option("--prompt-lengths", o.prompt_lengths,
-                      "prompt tokens a sample (text: one a line, or binary): they carry no loss");
+  auto* prompts = command->add_option("--prompt-lengths", o.prompt_lengths,
+                                      "prompt tokens a sample (text: one a line, or binary): they carry no loss");
+  command->add_option("--loss-mask", o.loss_mask,
+                      "per-token loss mask PREFIX (PREFIX.idx/.bin, nonzero = carries loss; what convert writes "
+                      "from labels as OUT.loss_mask)")
+      ->excludes(prompts);
   command->add_flag("--train-on-inputs", o.train_on_inputs, "prompt tokens carry loss too");
   add_schedule_flags(*command, o.schedule, schedule_flags_form::defaulted);
   command->add_option("--rank", o.rank, "the rank whose batches are loaded")->capture_default_str()

@@ -29,6 +29,7 @@ struct load_command_options {
   packing_flags packing;  // --data, --capacity, --algorithm, --overlong, --max-per-row, --seed
   schedule_flags schedule{.world_size = 1, .micro_batch = 16};
   std::vector<std::string> prompt_lengths;  // one file, or one a prefix or --data entry
+  std::string loss_mask;                    // the per-token mask's PREFIX (convert --labels)
   std::uint32_t rank = 0;
   std::uint64_t epochs = 1;
   std::uint64_t max_steps = 0;  // 0: not given, every step

@@ -170,16 +170,10 @@ load_inputs prepare_load(const load_command_options& o, std::uint64_t buffers) {
   }
   in.batching.pad_to_multiple = o.pad_to_multiple;
   in.batching.collate.train_on_inputs = o.train_on_inputs;
-  if (!o.prompt_lengths.empty()) {
-    in.batching.mask = prompt_mask(o.prompt_lengths, in.dataset->original());
-    in.batching.mask.check_matches(in.dataset->original());
-    if (o.repeat_data > 1) {
-      std::vector<std::uint32_t> prompts(in.dataset->size());
-      for (std::size_t i = 0; i < prompts.size(); ++i)
-        prompts[i] = in.batching.mask.prompt_length(i % in.dataset->original().size());
-      in.batching.mask = loss_mask::from_prompt_lengths(std::move(prompts), in.batching.mask.name());
-    }
-  }
+  // The mask describes the data; --repeat-data's copies take it by their source index.
+  if (!o.prompt_lengths.empty()) in.batching.mask = prompt_mask(o.prompt_lengths, in.dataset->original());
+  if (!o.loss_mask.empty()) in.batching.mask = loss_mask::open_token_mask(o.loss_mask);
+  in.batching.mask.check_matches(in.dataset->original());
   {
     progress p(fmt::format("planning epoch {} of {} samples", o.schedule.epoch, in.lengths.size()));
     const auto start = clock::now();

@@ -95,6 +95,33 @@ for k in ('batches', 'tokens', 'real_tokens', 'loss_tokens'):
 PY
 ok "the converted set loads as the original: the same batches, tokens and loss tokens"
 
+# The token mask that convert writes from labels feeds load as the prompt lengths do: the same
+# loss tokens, also when the data is seen several times over (the copies take the mask by their
+# sample's index in the data), in both pipelines; and the two forms are one or the other.
+for extra in "" "--repeat-data 3" "--pipeline views --repeat-data 2"; do
+  # shellcheck disable=SC2086
+  "$bench" load --data "$work/out_labels" --loss-mask "$work/out_labels.loss_mask" $extra --json >"$work/m.json"
+  # shellcheck disable=SC2086
+  "$bench" load --data "$prefix" --prompt-lengths "$prompts" $extra --json >"$work/p.json"
+  "$python" - "$work/m.json" "$work/p.json" <<'PY' || fail "load --loss-mask $extra: not the prompt lengths' loss tokens"
+import json, sys
+m, p = (json.load(open(x)) for x in sys.argv[1:3])
+for k in ('batches', 'real_tokens', 'loss_tokens'):
+    assert m[k] == p[k], (k, m[k], p[k])
+assert m['loss_tokens'] < m['real_tokens']
+PY
+done
+expect_load_error() {  # MESSAGE load-flags...: load fails with one line naming MESSAGE
+  local message=$1
+  shift
+  if "$bench" load "$@" >"$work/err.out" 2>"$work/err.txt"; then fail "load $*: succeeded"; fi
+  grep -q -- "$message" "$work/err.txt" || fail "load $*: $(cat "$work/err.txt")"
+}
+expect_load_error "excludes" --data "$work/out_labels" --loss-mask "$work/out_labels.loss_mask" --prompt-lengths "$prompts"
+expect_load_error "describes 5000 samples, the dataset has 10000" --data "$work/out_labels" "$work/out_labels" \
+  --loss-mask "$work/out_labels.loss_mask"
+ok "load --loss-mask (the token mask of labels): the loss tokens of the prompt lengths, repeated data and views included"
+
 # Bad lines: one-line errors naming the line; no output left behind.
 bad() {  # bad NAME MESSAGE CONTENT [convert flags...]
   local name=$1 message=$2 content=$3
