@@ -15,6 +15,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -68,6 +69,13 @@ class jsonl_converter {
 
     const bool has_prompt = j.contains(o_.prompt_field);
     const bool has_labels = j.contains(o_.labels_field);
+    // A field the user named that a line lacks is a typo or a wrong file, not "no mask".
+    for (const auto& [required, present, flag, field] :
+         {std::tuple{o_.prompt_field_required, has_prompt, "--prompt-field", &o_.prompt_field},
+          std::tuple{o_.labels_field_required, has_labels, "--labels-field", &o_.labels_field}})
+      if (required && !present)
+        throw format_error(fmt::format("{}: no \"{}\" field, which {} names{}", where(), *field, flag,
+                                       samples_ == 0 ? " (is the field's name right?)" : ""));
     if (has_prompt && has_labels)
       throw format_error(fmt::format("{}: both \"{}\" and \"{}\": give one kind of loss mask", where(), o_.prompt_field,
                                      o_.labels_field));
@@ -260,11 +268,20 @@ void add_convert_command(CLI::App& app, convert_command_options& o, std::functio
   command->add_option("--dtype", o.dtype, "token type of the .bin: uint8, int8, int16, uint16, int32, int64")
       ->capture_default_str();
   command->add_option("--tokens-field", o.tokens_field, "the field holding the tokens")->capture_default_str();
-  command->add_option("--prompt-field", o.prompt_field, "the field holding the prompt length")->capture_default_str();
-  command->add_option("--labels-field", o.labels_field, "the field holding per-token labels")->capture_default_str();
+  auto* prompt = command->add_option("--prompt-field", o.prompt_field,
+                                     "the field holding the prompt length; given, every line must have it")
+                     ->capture_default_str();
+  auto* labels = command->add_option("--labels-field", o.labels_field,
+                                     "the field holding per-token labels; given, every line must have it")
+                     ->capture_default_str();
+  prompt->excludes(labels);
   command->add_option("--ignore-index", o.ignore_index, "a label that carries no loss")->capture_default_str();
   command->add_flag("--json", o.json, "print one JSON object on standard output");
-  command->callback([&o, &action] { action = [&] { return run_convert_command(o); }; });
+  command->callback([&o, &action, prompt, labels] {
+    o.prompt_field_required = prompt->count() > 0;
+    o.labels_field_required = labels->count() > 0;
+    action = [&] { return run_convert_command(o); };
+  });
 }
 
 }  // namespace multipack::bench

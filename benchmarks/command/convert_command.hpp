@@ -33,6 +33,10 @@ struct convert_command_options {
   std::string labels_field = "labels";
   std::int64_t ignore_index = -100;
   bool json = false;
+  /// The mask form the user named (--prompt-field or --labels-field given): every line must
+  /// have its field. Without either, the first line's fields decide (and later lines follow).
+  bool prompt_field_required = false;
+  bool labels_field_required = false;
 };
 
 /// Adds `convert`; when it is the subcommand given, sets `action` to run it.

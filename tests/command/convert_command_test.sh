@@ -122,6 +122,11 @@ expect_load_error "describes 5000 samples, the dataset has 10000" --data "$work/
   --loss-mask "$work/out_labels.loss_mask"
 ok "load --loss-mask (the token mask of labels): the loss tokens of the prompt lengths, repeated data and views included"
 
+# A field named explicitly that every line has: the mask is written as with the default.
+expect_success --input "$work/prompt.jsonl" --output "$work/out_named" --dtype uint16 --prompt-field prompt_length
+cmp "$work/out_named.prompt_lengths" "$work/out_prompt.prompt_lengths" || fail "--prompt-field named: other prompt lengths"
+ok "--prompt-field given and present on every line: the same prompt lengths"
+
 # Bad lines: one-line errors naming the line; no output left behind.
 bad() {  # bad NAME MESSAGE CONTENT [convert flags...]
   local name=$1 message=$2 content=$3
@@ -141,6 +146,12 @@ bad prompt_long '"prompt_length" must be an integer from 0 to' '{"input_ids": [1
 bad labels_length "3 labels for 2 tokens" '{"input_ids": [1, 2], "labels": [1, 2, 3]}\n'
 bad mixed "the first sample (line 1) has prompt lengths" '{"input_ids": [1], "prompt_length": 0}\n{"input_ids": [1]}\n'
 bad both "give one kind of loss mask" '{"input_ids": [1], "prompt_length": 0, "labels": [1]}\n'
+bad field_typo 'line 1 (byte 0): no "prompt_len" field, which --prompt-field names (is the field' \
+  '{"input_ids": [1, 2], "prompt_length": 1}\n' --prompt-field prompt_len
+bad field_missing 'line 2 (byte 42): no "prompt_length" field, which --prompt-field names' \
+  '{"input_ids": [1, 2], "prompt_length": 1}\n{"input_ids": [1]}\n' --prompt-field prompt_length
+bad labels_typo 'line 1 (byte 0): no "label" field, which --labels-field names' \
+  '{"input_ids": [1, 2], "labels": [-100, 2]}\n' --labels-field label
 bad empty "no samples" ''
 bad blank_only "no samples" '\n\n  \n'
 expect_error "--dtype float32" --input "$work/none.jsonl" --output "$work/bad_dtype" --dtype float32
