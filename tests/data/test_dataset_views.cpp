@@ -192,7 +192,7 @@ TEST_CASE("a subset keeps each sample's identity: the dataset's loss mask applie
       "index 1 is sample 5000, but the dataset has 5000 samples"));
 }
 
-TEST_CASE("shards that are not there: a clear error") {
+TEST_CASE("shards that are not there, a file named for its prefix: a clear error") {
   const auto dir = test::fresh_temp_dir("no_shards");
   CHECK(test::contains(test::message_of<option_error>([&] { (void)indexed_prefixes(dir); }),
                        "names no Megatron indexed dataset"));
@@ -200,4 +200,12 @@ TEST_CASE("shards that are not there: a clear error") {
                        "no Megatron indexed dataset there"));
   CHECK(test::contains(test::message_of<option_error>([&] { (void)indexed_prefixes(dir / "x_*"); }),
                        "names no Megatron indexed dataset"));
+  // A file's name for its prefix (a common slip): the error says which prefix was meant.
+  for (const char* suffix : {".bin", ".idx"}) {
+    std::filesystem::path named = test::alpaca_prefix();
+    named += suffix;
+    const std::string meant = "a dataset is named by its prefix, without .bin or .idx: " + test::alpaca_prefix().string();
+    CHECK(test::contains(test::message_of<option_error>([&] { (void)indexed_prefixes(named); }), meant));
+    CHECK(test::contains(test::message_of<io_error>([&] { indexed_dataset{named}; }), meant));
+  }
 }

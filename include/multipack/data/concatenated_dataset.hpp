@@ -121,6 +121,10 @@ template <path_like Path>
   const fs::path folder = directory ? where : (where.has_parent_path() ? where.parent_path() : fs::path("."));
   if (!directory && pattern.find_first_of("*?[") == std::string::npos) {
     if (complete(where)) return {where};
+    fs::path meant = where;
+    meant.replace_extension();
+    if ((where.extension() == ".bin" || where.extension() == ".idx") && complete(meant))
+      throw option_error(where.string() + ": a dataset is named by its prefix, without .bin or .idx: " + meant.string());
     throw option_error(where.string() + ": no Megatron indexed dataset there (expected " + where.string() +
                        ".idx and .bin, a directory of them, or a pattern such as shard_*)");
   }

@@ -147,6 +147,25 @@ inline std::filesystem::path with_suffix(const std::filesystem::path& prefix, co
   p += suffix;
   return p;
 }
+
+/// Maps PREFIX + suffix. When that fails and PREFIX is a file's name with its .bin or .idx
+/// (a common slip: `--data corpus.bin`), the io_error says which prefix was meant.
+inline mapped_file map_part(const std::filesystem::path& prefix, const char* suffix) {
+  try {
+    return mapped_file(with_suffix(prefix, suffix));
+  } catch (const io_error& e) {
+    const auto extension = prefix.extension();
+    if (extension == ".bin" || extension == ".idx") {
+      std::filesystem::path meant = prefix;
+      meant.replace_extension();
+      std::error_code ignored;
+      if (std::filesystem::exists(with_suffix(meant, ".idx"), ignored))
+        throw io_error(std::string(e.what()) + " (a dataset is named by its prefix, without .bin or .idx: " +
+                       meant.string() + ")");
+    }
+    throw;
+  }
+}
 }  // namespace detail
 
 /// Which writer's index layout a dataset has (see the header).
@@ -177,8 +196,8 @@ class indexed_dataset {
   template <path_like Path>
   explicit indexed_dataset(const Path& prefix)
       : prefix_(prefix),
-        idx_(detail::with_suffix(prefix_, ".idx")),
-        bin_(detail::with_suffix(prefix_, ".bin")) {
+        idx_(detail::map_part(prefix_, ".idx")),
+        bin_(detail::map_part(prefix_, ".bin")) {
     validate();
   }
 
