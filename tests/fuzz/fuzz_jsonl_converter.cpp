@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "command/convert_command.hpp"
+#include "command/jsonl_converter.hpp"
 #include "fuzz_input.hpp"
 #include "multipack/data/indexed_dataset.hpp"
 

@@ -1,0 +1,195 @@
+#pragma once
+// The JSON Lines converter of `multipack-bench convert`: one line a call into the indexed
+// format and its loss-mask companion. A header of its own so that the fuzz target
+// (tests/fuzz/fuzz_jsonl_converter.cpp) drives the same code as the command.
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "command/common.hpp"
+#include "command/convert_command.hpp"
+#include "multipack/core/error.hpp"
+#include "multipack/data/dtype.hpp"
+#include "multipack/data/indexed_dataset_writer.hpp"
+#include "multipack/data/prompt_lengths_writer.hpp"
+
+namespace multipack::bench {
+
+namespace detail {
+
+/// What a line's sample carries besides its tokens.
+enum class companion : std::uint8_t { none, prompt_lengths, labels };
+
+inline const char* companion_name(companion c) {
+  switch (c) {
+    case companion::prompt_lengths: return "prompt lengths";
+    case companion::labels: return "labels";
+    case companion::none: break;
+  }
+  return "no loss mask";
+}
+
+/// The converter: one sample a line into the writers.
+class jsonl_converter {
+ public:
+  jsonl_converter(const convert_command_options& o, token_dtype dtype) : o_(o), tokens_(o.output, dtype) {}
+
+  /// Converts one line (1-based `line`, starting at byte `offset`). Blank lines are skipped.
+  void add(const std::string& text, std::uint64_t line, std::uint64_t offset) {
+    if (text.find_first_not_of(" \t\r") == std::string::npos) {
+      ++blank_;
+      return;
+    }
+    const auto where = [&] { return fmt::format("{}: line {} (byte {})", o_.input, line, offset); };
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(text);
+    } catch (const nlohmann::json::parse_error& e) {
+      throw format_error(fmt::format("{}: not JSON: {}", where(), e.what()));
+    }
+    if (!j.is_object()) throw format_error(fmt::format("{}: expected a JSON object, found {}", where(), j.type_name()));
+    const auto ids = j.find(o_.tokens_field);
+    if (ids == j.end()) throw format_error(fmt::format("{}: no \"{}\" field", where(), o_.tokens_field));
+    integers(*ids, o_.tokens_field, where, ids_);
+
+    const bool has_prompt = j.contains(o_.prompt_field);
+    const bool has_labels = j.contains(o_.labels_field);
+    // A field the user named that a line lacks is a typo or a wrong file, not "no mask".
+    for (const auto& [required, present, flag, field] :
+         {std::tuple{o_.prompt_field_required, has_prompt, "--prompt-field", &o_.prompt_field},
+          std::tuple{o_.labels_field_required, has_labels, "--labels-field", &o_.labels_field}})
+      if (required && !present)
+        throw format_error(fmt::format("{}: no \"{}\" field, which {} names{}", where(), *field, flag,
+                                       samples_ == 0 ? " (is the field's name right?)" : ""));
+    if (has_prompt && has_labels)
+      throw format_error(fmt::format("{}: both \"{}\" and \"{}\": give one kind of loss mask", where(), o_.prompt_field,
+                                     o_.labels_field));
+    const companion kind = has_prompt ? companion::prompt_lengths : has_labels ? companion::labels : companion::none;
+    if (!kind_) {
+      open_companion(kind);
+    } else if (*kind_ != kind) {
+      throw format_error(fmt::format("{}: this sample has {}, the first sample (line {}) has {}: every sample needs the same",
+                                     where(), companion_name(kind), first_line_, companion_name(*kind_)));
+    }
+    if (first_line_ == 0) first_line_ = line;
+
+    std::uint32_t prompt = 0;
+    if (kind == companion::prompt_lengths) {
+      const nlohmann::json& p = j[o_.prompt_field];
+      if (!p.is_number_integer() || p.get<std::int64_t>() < 0 ||
+          static_cast<std::uint64_t>(p.get<std::int64_t>()) > ids_.size())
+        throw format_error(fmt::format("{}: \"{}\" must be an integer from 0 to the sample's {} tokens, found {}", where(),
+                                       o_.prompt_field, ids_.size(), p.dump()));
+      prompt = static_cast<std::uint32_t>(p.get<std::int64_t>());
+    } else if (kind == companion::labels) {
+      integers(j[o_.labels_field], o_.labels_field, where, labels_);
+      if (labels_.size() != ids_.size())
+        throw format_error(fmt::format("{}: {} labels for {} tokens: one label a token", where(), labels_.size(), ids_.size()));
+      mask_.resize(labels_.size());
+      for (std::size_t k = 0; k < labels_.size(); ++k) mask_[k] = labels_[k] == o_.ignore_index ? 0 : 1;
+    }
+
+    try {
+      tokens_.add_sample(ids_);
+    } catch (const option_error& e) {  // a token the dtype cannot hold
+      throw format_error(fmt::format("{}: {}", where(), e.what()));
+    }
+    tokens_.end_document();
+    if (prompts_) prompts_->add(prompt);
+    if (mask_writer_) {
+      mask_writer_->add_sample(mask_);
+      mask_writer_->end_document();
+    }
+    ++samples_;
+    token_count_ += ids_.size();
+    longest_ = std::max<std::uint64_t>(longest_, ids_.size());
+  }
+
+  /// Puts every output in place. Throws format_error for an input with no sample.
+  void finish() {
+    if (samples_ == 0) throw format_error(o_.input + ": no samples (an empty input, or blank lines only)");
+    tokens_.finish();
+    if (prompts_) prompts_->finish();
+    if (mask_writer_) mask_writer_->finish();
+  }
+
+  [[nodiscard]] std::uint64_t samples() const noexcept { return samples_; }
+  [[nodiscard]] std::uint64_t tokens() const noexcept { return token_count_; }
+  [[nodiscard]] std::uint64_t longest() const noexcept { return longest_; }
+  [[nodiscard]] std::uint64_t blank_lines() const noexcept { return blank_; }
+  [[nodiscard]] companion kind() const noexcept { return kind_.value_or(companion::none); }
+  [[nodiscard]] std::vector<std::string> outputs() const {
+    std::vector<std::string> out{o_.output + ".bin", o_.output + ".idx"};
+    if (prompts_) out.push_back(o_.output + ".prompt_lengths");
+    if (mask_writer_) {
+      out.push_back(o_.output + ".loss_mask.bin");
+      out.push_back(o_.output + ".loss_mask.idx");
+    }
+    return out;
+  }
+
+ private:
+  template <class Where>
+  static void integers(const nlohmann::json& array, const std::string& field, const Where& where,
+                       std::vector<std::int64_t>& out) {
+    if (!array.is_array())
+      throw format_error(fmt::format("{}: \"{}\" must be an array of integers, found {}", where(), field, array.type_name()));
+    out.clear();
+    out.reserve(array.size());
+    for (std::size_t k = 0; k < array.size(); ++k) {
+      const nlohmann::json& v = array[k];
+      if (v.is_number_unsigned() && v.get<std::uint64_t>() > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))
+        throw format_error(fmt::format("{}: \"{}\"[{}] = {} is past int64", where(), field, k, v.dump()));
+      if (!v.is_number_integer())
+        throw format_error(fmt::format("{}: \"{}\"[{}] = {} is not an integer", where(), field, k, v.dump()));
+      out.push_back(v.get<std::int64_t>());
+    }
+  }
+
+  void open_companion(companion kind) {
+    kind_ = kind;
+    if (kind == companion::prompt_lengths) prompts_ = std::make_unique<prompt_lengths_writer>(o_.output + ".prompt_lengths");
+    if (kind == companion::labels)
+      mask_writer_ = std::make_unique<indexed_dataset_writer>(o_.output + ".loss_mask", token_dtype::uint8);
+  }
+
+  const convert_command_options& o_;
+  indexed_dataset_writer tokens_;
+  std::unique_ptr<prompt_lengths_writer> prompts_;
+  std::unique_ptr<indexed_dataset_writer> mask_writer_;
+  std::optional<companion> kind_;
+  std::uint64_t first_line_ = 0;
+  std::vector<std::int64_t> ids_;
+  std::vector<std::int64_t> labels_;
+  std::vector<std::int32_t> mask_;  // 0 / 1, stored as uint8
+  std::uint64_t samples_ = 0;
+  std::uint64_t token_count_ = 0;
+  std::uint64_t longest_ = 0;
+  std::uint64_t blank_ = 0;
+};
+
+inline token_dtype parse_token_dtype(const std::string& name) {
+  for (std::uint8_t code = 1; is_dtype_code(code); ++code) {
+    const auto d = static_cast<token_dtype>(code);
+    if (dtype_name(d) == name) {
+      if (d == token_dtype::float32 || d == token_dtype::float64)
+        throw option_error("--dtype " + name + ": tokens are integers; use uint16, int32 or int64");
+      return d;
+    }
+  }
+  throw option_error("--dtype " + name + ": expected uint8, int8, int16, uint16, int32 or int64");
+}
+
+}  // namespace detail
+
+}  // namespace multipack::bench
