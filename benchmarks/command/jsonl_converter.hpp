@@ -54,7 +54,7 @@ class jsonl_converter {
     nlohmann::json j;
     try {
       j = nlohmann::json::parse(text);
-    } catch (const nlohmann::json::parse_error& e) {
+    } catch (const nlohmann::json::exception& e) {  // parse_error, and out_of_range for a number like 2e999
       throw format_error(fmt::format("{}: not JSON: {}", where(), e.what()));
     }
     if (!j.is_object()) throw format_error(fmt::format("{}: expected a JSON object, found {}", where(), j.type_name()));

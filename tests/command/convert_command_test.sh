@@ -140,6 +140,7 @@ bad() {  # bad NAME MESSAGE CONTENT [convert flags...]
 bad not_json "line 2 (byte 22): not JSON" '{"input_ids": [1, 2]}\n{"input_ids": [1,\n'
 bad no_field 'line 1 (byte 0): no "input_ids" field' '{"tokens": [1]}\n'
 bad not_object "expected a JSON object" '[1, 2, 3]\n'
+bad number_overflow 'line 2 (byte 19): not JSON' '{"input_ids": [1]}\n{"input_ids": [2e999]}\n'
 bad float_token '"input_ids"[1] = 2.5 is not an integer' '{"input_ids": [1, 2.5]}\n'
 bad wide_token "line 2" '{"input_ids": [1]}\n{"input_ids": [70000]}\n' --dtype uint16
 bad prompt_long '"prompt_length" must be an integer from 0 to' '{"input_ids": [1, 2], "prompt_length": 3}\n'
