@@ -157,6 +157,15 @@ TEST_CASE("the composed pipeline gives batch_loader's batches on the same plan, 
       CHECK(resumed == std::vector(expected.begin() + static_cast<std::ptrdiff_t>(k), expected.end()));
       CHECK(resumed == loader_contents(plan, rank, options, k));
     }
+    // batch_loader's steps form records each batch's own step number and rank.
+    batch_loader<detail::samples_of_t<decltype(steps)>> from_steps(steps.samples(), steps | std::views::drop(2), options,
+                                                                   {2, 3});
+    std::uint64_t expected_step = 2;
+    while (auto b = from_steps.next()) {
+      REQUIRE((*b)->step == expected_step++);
+      REQUIRE((*b)->rank == rank);
+    }
+    CHECK(expected_step == plan.schedule.steps());
     // Cap the steps: take(n) is the head.
     const auto head = all_contents(steps | std::views::take(5) | views::prefetch({1, 2}, options));
     CHECK(head == std::vector(expected.begin(), expected.begin() + 5));

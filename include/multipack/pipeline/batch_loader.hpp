@@ -208,8 +208,9 @@ class batch_loader {
   /// Starts loading the batches of `steps` (any step_range: views::shard's steps, `|
   /// std::views::drop(k)` to resume at step k, a user's own), in order: batch i is built from
   /// step i, by index, by the worker threads. The steps are copied (a view: cheap) and the
-  /// dataset shared; both are read by the workers concurrently. Each batch's `step` is the
-  /// step's own number (step.step(), as views::shard's steps have) or its position.
+  /// dataset shared; both are read by the workers concurrently. Each batch's `step` and
+  /// `rank` are the step's own (step.step() and step.rank(), as views::shard's steps have),
+  /// else its position and 0.
   ///
   /// Throws what checked_layout_of throws (empty, uneven or out-of-range steps, rows over
   /// the capacity), option_error for bad options, format_error when the mask does not
@@ -237,11 +238,12 @@ class batch_loader {
     if (!plan_) throw option_error("batch_loader: this loader was made from steps, not from a plan");
     return *plan_;
   }
+  /// The plan form's rank; 0 for a loader made from steps (each batch records its step's).
   [[nodiscard]] std::uint32_t rank() const noexcept { return rank_; }
 
  private:
-  // Fills the rows of the batch at position i; returns the step number the batch records.
-  using rows_function = std::function<std::uint64_t(std::uint64_t, std::span<std::span<const piece>>)>;
+  // Fills the rows of the batch at position i, and the step and rank it records.
+  using rows_function = std::function<void(std::uint64_t, batch&)>;
 
   void check_dataset() const {
     if (!dataset_) throw option_error("batch_loader: no dataset");
@@ -272,23 +274,29 @@ class batch_loader {
 
   static rows_function plan_rows(const std::shared_ptr<const epoch_plan>& plan, std::uint32_t rank,
                                  std::uint32_t micro_batch) {
-    return [plan = plan.get(), rank, micro_batch](std::uint64_t step, std::span<std::span<const piece>> rows) {
-      for (std::uint32_t slot = 0; slot < micro_batch; ++slot) rows[slot] = plan->pieces(step, rank, slot);
-      return step;
+    return [plan = plan.get(), rank, micro_batch](std::uint64_t step, batch& b) {
+      for (std::uint32_t slot = 0; slot < micro_batch; ++slot) b.rows[slot] = plan->pieces(step, rank, slot);
+      b.step = step;
+      b.rank = rank;
     };
   }
 
   template <class Steps>
   static rows_function steps_rows(Steps steps) {
-    return [steps = std::move(steps)](std::uint64_t i, std::span<std::span<const piece>> rows) -> std::uint64_t {
+    return [steps = std::move(steps)](std::uint64_t i, batch& b) {
       auto&& step = std::ranges::begin(steps)[static_cast<std::ranges::range_difference_t<const Steps>>(i)];
       const auto first = std::ranges::begin(step);
-      for (std::size_t slot = 0; slot < rows.size(); ++slot)
-        rows[slot] = std::span<const piece>(first[static_cast<std::ranges::range_difference_t<decltype(step)>>(slot)]);
+      for (std::size_t slot = 0; slot < b.rows.size(); ++slot)
+        b.rows[slot] = std::span<const piece>(first[static_cast<std::ranges::range_difference_t<decltype(step)>>(slot)]);
+      // A step of views::shard knows its number and rank; a user's step is numbered by position.
       if constexpr (requires { { step.step() } -> std::convertible_to<std::uint64_t>; })
-        return step.step();
+        b.step = step.step();
       else
-        return i;
+        b.step = i;
+      if constexpr (requires { { step.rank() } -> std::convertible_to<std::uint32_t>; })
+        b.rank = step.rank();
+      else
+        b.rank = 0;
     };
   }
 
@@ -303,8 +311,7 @@ class batch_loader {
     // A file-backed dataset says when its files changed under it (a shard rewritten while
     // training): the batch fails with that error instead of reading a shrunk mapping.
     if constexpr (change_checked_dataset<D>) dataset_->check_unchanged();
-    b.step = rows_of_(position, std::span<std::span<const piece>>(b.rows));
-    b.rank = rank_;
+    rows_of_(position, b);
     collate(*dataset_, std::span<const std::span<const piece>>(b.rows), options_.mask, options_.collate, b.view);
   }
 
