@@ -17,6 +17,7 @@
 #include "multipack/core/error.hpp"
 #include "multipack/core/random.hpp"
 #include "multipack/core/sample.hpp"
+#include "multipack/data/detail/part_starts.hpp"
 
 namespace multipack {
 
@@ -65,7 +66,6 @@ class blended_dataset {
     }
     const std::uint64_t total = options.samples != 0 ? options.samples : available;
     report_.resize(corpora_.size());
-    starts_.push_back(0);
     for (std::size_t k = 0; k < corpora_.size(); ++k) {
       blend_corpus_report& r = report_[k];
       r.weight = weights[k] / sum;
@@ -80,10 +80,10 @@ class blended_dataset {
       for (std::uint64_t j = 0; j < r.subset; ++j) chosen[j] = static_cast<std::uint32_t>(order(j));
       std::sort(chosen.begin(), chosen.end());
       subsets_.push_back(std::move(chosen));
-      starts_.push_back(starts_.back() + r.taken);
+      starts_.add(r.taken);
     }
-    if (starts_.back() >= UINT32_MAX)
-      throw option_error("blended_dataset: " + std::to_string(starts_.back()) +
+    if (starts_.total() >= UINT32_MAX)
+      throw option_error("blended_dataset: " + std::to_string(starts_.total()) +
                          " samples; at most 2^32 - 2 are supported");
     for (std::size_t i = 0; i < size(); ++i) {
       const auto [k, local] = locate(i, "blended_dataset");
@@ -92,7 +92,7 @@ class blended_dataset {
   }
 
   /// Samples of the epoch. O(1), never throws.
-  [[nodiscard]] std::size_t size() const noexcept { return static_cast<std::size_t>(starts_.back()); }
+  [[nodiscard]] std::size_t size() const noexcept { return static_cast<std::size_t>(starts_.total()); }
   [[nodiscard]] bool empty() const noexcept { return size() == 0; }
   [[nodiscard]] dataset_iterator<blended_dataset> begin() const noexcept { return {this, 0}; }
   [[nodiscard]] dataset_iterator<blended_dataset> end() const noexcept { return {this, size()}; }
@@ -124,9 +124,8 @@ class blended_dataset {
 
   /// (corpus, index in it) of sample i (< size(), the caller's duty). O(log corpora).
   [[nodiscard]] std::pair<std::size_t, std::size_t> where(std::size_t i) const noexcept {
-    const auto k = static_cast<std::size_t>(std::upper_bound(starts_.begin() + 1, starts_.end(), std::uint64_t{i}) -
-                                            (starts_.begin() + 1));
-    const std::uint64_t local = i - starts_[k];
+    const std::size_t k = starts_.part_of(i);
+    const std::uint64_t local = i - starts_.first(k);
     const std::uint64_t passes = report_[k].whole_passes * report_[k].available;
     return {k, static_cast<std::size_t>(local < passes ? local % report_[k].available : subsets_[k][local - passes])};
   }
@@ -145,7 +144,7 @@ class blended_dataset {
   std::vector<D> corpora_;
   std::vector<std::vector<std::uint32_t>> subsets_;
   std::vector<blend_corpus_report> report_;
-  std::vector<std::uint64_t> starts_;
+  detail::part_starts starts_;
 };
 
 }  // namespace multipack

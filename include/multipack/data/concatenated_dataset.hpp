@@ -18,6 +18,7 @@
 #include "multipack/core/concepts.hpp"
 #include "multipack/core/error.hpp"
 #include "multipack/core/sample.hpp"
+#include "multipack/data/detail/part_starts.hpp"
 #include "multipack/data/indexed_dataset.hpp"
 
 namespace multipack {
@@ -34,15 +35,15 @@ class concatenated_dataset {
   /// Takes the shards. Cost: O(shards). Throws option_error when the samples number 2^32 - 1
   /// or more (pieces number samples with 32 bits).
   explicit concatenated_dataset(std::vector<D> shards) : shards_(std::move(shards)) {
-    starts_.reserve(shards_.size() + 1);  // starts_ holds the first 0 already
-    for (const D& shard : shards_) starts_.push_back(starts_.back() + static_cast<std::uint64_t>(shard.size()));
-    if (starts_.back() >= UINT32_MAX)
-      throw option_error("concatenated_dataset: " + std::to_string(starts_.back()) +
+    starts_.reserve(shards_.size());
+    for (const D& shard : shards_) starts_.add(static_cast<std::uint64_t>(shard.size()));
+    if (starts_.total() >= UINT32_MAX)
+      throw option_error("concatenated_dataset: " + std::to_string(starts_.total()) +
                          " samples in all; at most 2^32 - 2 are supported");
   }
 
   /// Samples of all shards. O(1), never throws.
-  [[nodiscard]] std::size_t size() const noexcept { return static_cast<std::size_t>(starts_.back()); }
+  [[nodiscard]] std::size_t size() const noexcept { return static_cast<std::size_t>(starts_.total()); }
   [[nodiscard]] bool empty() const noexcept { return size() == 0; }
   [[nodiscard]] dataset_iterator<concatenated_dataset> begin() const noexcept { return {this, 0}; }
   [[nodiscard]] dataset_iterator<concatenated_dataset> end() const noexcept { return {this, size()}; }
@@ -68,7 +69,7 @@ class concatenated_dataset {
   {
     if (i >= size()) return;
     const std::size_t shard = shard_of(i);
-    shards_[shard].prefetch_tokens(i - static_cast<std::size_t>(starts_[shard]), first, count);
+    shards_[shard].prefetch_tokens(i - static_cast<std::size_t>(starts_.first(shard)), first, count);
   }
 
   /// Every shard's changed-file check (see change_checked_dataset). O(shards): two fstat
@@ -81,12 +82,17 @@ class concatenated_dataset {
 
   /// The shards, and where each one's samples start. O(1).
   [[nodiscard]] std::span<const D> shards() const noexcept { return shards_; }
-  /// The first sample of shard k, for k <= shards().size() (the last: size()). O(1).
-  [[nodiscard]] std::uint64_t first_sample(std::size_t k) const { return starts_.at(k); }
+  /// The first sample of shard k, for k <= shards().size() (the last: size()); option_error
+  /// past that. O(1).
+  [[nodiscard]] std::uint64_t first_sample(std::size_t k) const {
+    if (k > shards_.size())
+      throw option_error("concatenated_dataset: first_sample: shard " + std::to_string(k) + " of " +
+                         std::to_string(shards_.size()));
+    return starts_.first(k);
+  }
   /// The shard that holds sample i (< size(), the caller's duty). O(log shards).
   [[nodiscard]] std::size_t shard_of(std::size_t i) const noexcept {
-    return static_cast<std::size_t>(std::upper_bound(starts_.begin() + 1, starts_.end(), std::uint64_t{i}) -
-                                    (starts_.begin() + 1));
+    return starts_.part_of(i);
   }
 
  private:
@@ -95,11 +101,11 @@ class concatenated_dataset {
       throw option_error(std::string("concatenated_dataset: ") + what + ": sample " + std::to_string(i) +
                          " out of range (the dataset has " + std::to_string(size()) + " samples)");
     const std::size_t shard = shard_of(i);
-    return {shard, i - static_cast<std::size_t>(starts_[shard])};
+    return {shard, i - static_cast<std::size_t>(starts_.first(shard))};
   }
 
   std::vector<D> shards_;
-  std::vector<std::uint64_t> starts_{0};
+  detail::part_starts starts_;
 };
 
 /// The prefixes of the Megatron indexed datasets that `where` names, sorted: where is a
