@@ -12,6 +12,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "multipack/core/random.hpp"
@@ -117,6 +118,25 @@ TEST_CASE("the consumer may hold several batches, up to depth - 1, and is told w
   auto d = p.next();
   REQUIRE(d);
   CHECK((*d)->step == 3);
+}
+
+TEST_CASE("a batch outlives its prefetcher, and is released on another thread, intact") {
+  // A trainer's tensors may keep a batch after the loader is gone (ASan and TSan watch this).
+  std::vector<prefetcher<buffer>::lease> kept;
+  {
+    prefetcher<buffer> p({2, 4}, 0, 10, make_buffer(), fill);
+    for (int i = 0; i < 3; ++i) {
+      auto lease = p.next();
+      REQUIRE(lease);
+      kept.push_back(std::move(*lease));
+    }
+  }
+  for (std::uint64_t step = 0; step < kept.size(); ++step) {
+    CHECK(kept[step]->step == step);
+    CHECK(kept[step]->payload[63] == step * 1000 + 63);
+  }
+  std::thread([&kept] { kept.clear(); }).join();
+  CHECK(kept.empty());
 }
 
 TEST_CASE("a worker's exception reaches the consumer at its step, after every earlier batch") {

@@ -46,7 +46,8 @@ struct batch_options {
   std::uint32_t capacity = 0;
   /// Where the buffers' memory comes from: one block of layout.bytes<T>() bytes a buffer,
   /// allocated when the loader starts and freed when it stops, never in between. nullptr:
-  /// operator new. The CUDA room passes pinned host memory here. Must outlive the loader.
+  /// operator new. The `cuda/` layer passes pinned host memory here. Must outlive the loader
+  /// and every batch it handed out (a batch may outlive the loader: see prefetcher::lease).
   std::pmr::memory_resource* memory = nullptr;
 };
 

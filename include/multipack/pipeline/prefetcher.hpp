@@ -13,6 +13,9 @@
 // - Stopping early: the destructor tells the workers to stop, wakes those waiting for a
 //   buffer, and joins them; a worker building a batch finishes that batch first, so the
 //   destructor returns within one batch's build time.
+// - A batch may outlive the prefetcher: the pool of buffers is shared by the prefetcher and
+//   every lease (libtorch tensors over a batch keep theirs until the last tensor dies), and
+//   goes when the last of them does.
 
 #include <atomic>
 #include <chrono>
@@ -62,6 +65,18 @@ class prefetcher {
     Buffer* buffer = nullptr;
     std::exception_ptr error;
   };
+  /// The buffers and the queue of free ones: shared by the prefetcher and its leases.
+  struct pool {
+    explicit pool(std::size_t capacity) : free(capacity) {}
+    std::vector<std::unique_ptr<Buffer>> buffers;
+    detail::blocking_queue<Buffer*> free;
+    std::atomic<std::size_t> held{0};  // leases not yet released (a lease may be released on any thread)
+
+    void give_back(Buffer* buffer) noexcept {
+      held.fetch_sub(1, std::memory_order_acq_rel);
+      free.enqueue(buffer);
+    }
+  };
 
  public:
   /// Builds `buffer` for `step`. Called from the worker threads, several at once (on
@@ -69,17 +84,18 @@ class prefetcher {
   using build_function = std::function<void(std::uint64_t step, Buffer& buffer)>;
 
   /// A built batch, on loan to the consumer until destroyed (or release()d): then its buffer
-  /// goes back to the pool. Must not outlive its prefetcher. Move-only; may be released on
-  /// any thread (a copy engine's callback, say).
+  /// goes back to the pool. It may outlive the prefetcher (it keeps the pool alive: one
+  /// shared-pointer copy a batch). Move-only; may be released on any thread (a copy
+  /// engine's callback, a tensor's deleter).
   class lease {
    public:
     lease() = default;
     lease(lease&& other) noexcept
-        : owner_(std::exchange(other.owner_, nullptr)), buffer_(other.buffer_), step_(other.step_) {}
+        : owner_(std::move(other.owner_)), buffer_(other.buffer_), step_(other.step_) {}
     lease& operator=(lease&& other) noexcept {
       if (this != &other) {
         release();
-        owner_ = std::exchange(other.owner_, nullptr);
+        owner_ = std::move(other.owner_);
         buffer_ = other.buffer_;
         step_ = other.step_;
       }
@@ -101,8 +117,9 @@ class prefetcher {
 
    private:
     friend class prefetcher;
-    lease(prefetcher* owner, Buffer* buffer, std::uint64_t step) noexcept : owner_(owner), buffer_(buffer), step_(step) {}
-    prefetcher* owner_ = nullptr;
+    lease(std::shared_ptr<pool> owner, Buffer* buffer, std::uint64_t step) noexcept
+        : owner_(std::move(owner)), buffer_(buffer), step_(step) {}
+    std::shared_ptr<pool> owner_;
     Buffer* buffer_ = nullptr;
     std::uint64_t step_ = 0;
   };
@@ -118,7 +135,7 @@ class prefetcher {
         expected_(first_step),
         end_(end_step),
         depth_(options.depth),
-        free_(options.depth + options.threads),
+        pool_(std::make_shared<pool>(options.depth + options.threads)),
         // Blocks for every worker's first enqueue, allocated now rather than at a batch.
         ready_(options.depth + 1, options.threads, 1),
         arrived_(options.depth),
@@ -128,10 +145,10 @@ class prefetcher {
       throw option_error("prefetcher: first step " + std::to_string(first_step) + " is after the end, " +
                          std::to_string(end_step));
     if (!build_) throw option_error("prefetcher: no build function");
-    buffers_.reserve(depth_);
+    pool_->buffers.reserve(depth_);
     for (std::size_t i = 0; i < depth_; ++i) {
-      buffers_.push_back(std::make_unique<Buffer>(make_buffer()));
-      free_.enqueue(buffers_.back().get());
+      pool_->buffers.push_back(std::make_unique<Buffer>(make_buffer()));
+      pool_->free.enqueue(pool_->buffers.back().get());
     }
     // An explicit producer per worker, made here rather than by the worker: a worker that
     // starts late would otherwise allocate it in the middle of the epoch.
@@ -150,7 +167,7 @@ class prefetcher {
   prefetcher& operator=(const prefetcher&) = delete;
 
   /// Stops and joins the workers (see the header); returns within one batch's build time.
-  /// Every lease must have been released before. Never throws.
+  /// Leases still held keep their buffers (and the pool) until released. Never throws.
   ~prefetcher() { stop(); }
 
   /// The next step's batch, in step order; blocks until it is built. std::nullopt once every
@@ -161,7 +178,7 @@ class prefetcher {
   [[nodiscard]] std::optional<lease> next() {
     if (failure_) std::rethrow_exception(failure_);
     if (expected_ >= end_) return std::nullopt;
-    if (held_.load(std::memory_order_acquire) == depth_)
+    if (pool_->held.load(std::memory_order_acquire) == depth_)
       throw option_error("prefetcher: the consumer holds all " + std::to_string(depth_) +
                          " buffers; release a batch before asking for the next");
     built& slot = arrived_[expected_ % depth_];
@@ -185,14 +202,14 @@ class prefetcher {
     built item = std::exchange(slot, built{});
     if (item.error) {
       // The buffer of the failed build goes back; the failure stays for later calls.
-      free_.enqueue(item.buffer);
+      pool_->free.enqueue(item.buffer);
       failure_ = item.error;
       std::rethrow_exception(failure_);
     }
     ++expected_;
     ++delivered_;
-    held_.fetch_add(1, std::memory_order_acq_rel);
-    return lease(this, item.buffer, item.step);
+    pool_->held.fetch_add(1, std::memory_order_acq_rel);
+    return lease(pool_, item.buffer, item.step);
   }
 
   /// Statistics so far. Consumer thread only. O(1).
@@ -216,7 +233,7 @@ class prefetcher {
   void work(moodycamel::ProducerToken& token) noexcept {
     for (;;) {
       Buffer* buffer = nullptr;
-      free_.wait_dequeue(buffer);
+      pool_->free.wait_dequeue(buffer);
       if (buffer == nullptr || stopping_.load(std::memory_order_acquire)) return;
       const std::uint64_t step = next_step_.fetch_add(1, std::memory_order_relaxed);
       if (step >= end_) return;
@@ -239,15 +256,10 @@ class prefetcher {
     }
   }
 
-  void give_back(Buffer* buffer) noexcept {
-    held_.fetch_sub(1, std::memory_order_acq_rel);
-    free_.enqueue(buffer);
-  }
-
   void stop() noexcept {
     stopping_.store(true, std::memory_order_release);
     // One wake-up per worker: each returns at the first thing it dequeues once stopping.
-    for (std::size_t i = 0; i < workers_.size(); ++i) free_.enqueue(nullptr);
+    for (std::size_t i = 0; i < workers_.size(); ++i) pool_->free.enqueue(nullptr);
     for (std::thread& worker : workers_)
       if (worker.joinable()) worker.join();
   }
@@ -257,13 +269,11 @@ class prefetcher {
   std::uint64_t expected_;
   std::uint64_t end_;
   std::size_t depth_;
-  std::vector<std::unique_ptr<Buffer>> buffers_;
-  detail::blocking_queue<Buffer*> free_;
+  std::shared_ptr<pool> pool_;
   detail::blocking_queue<built> ready_;
   std::vector<built> arrived_;  // built batches by step % depth, until their turn
   std::atomic<bool> stopping_{false};
   std::exception_ptr failure_;
-  std::atomic<std::size_t> held_{0};  // leases not yet released (a lease may be released on any thread)
   std::uint64_t delivered_ = 0;
   std::atomic<std::uint64_t> busy_ns_{0};
   clock::duration wait_{};
