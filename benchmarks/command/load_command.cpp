@@ -95,8 +95,9 @@ void add_load_command(CLI::App& app, load_command_options& o, std::function<int(
   command->add_option("--max-steps", o.max_steps, "stop after N batches in all")->check(positive_integer);
   command->add_option("--threads", o.threads, "worker threads building batches")->capture_default_str()
       ->check(positive_integer);
-  command->add_option("--depth", o.depth, "buffers: batches built ahead of the trainer")->capture_default_str()
-      ->check(positive_integer);
+  command->add_option("--depth", o.depth, "buffers: batches built ahead of the trainer (at most 65536)")
+      ->capture_default_str()
+      ->check(CLI::Range(std::size_t{1}, std::size_t{65536}));
   command->add_option("--step-ms", o.step_ms, "milliseconds the simulated trainer spends a step; 0: none")
       ->capture_default_str()
       ->check(step_milliseconds);

@@ -392,15 +392,22 @@ inline constexpr struct pack_fn {
 
 inline constexpr struct shard_fn {
   /// rows | views::shard(options, rank): this rank's steps of the epoch's schedule of the rows.
-  [[nodiscard]] auto operator()(const schedule_options& options, std::uint32_t rank) const {
-    return detail::pipe_closure{[options, rank]<class R>(R&& rows)
+  /// `rank` is any integer type but bool and the character types (plain_integral): a bool or a
+  /// floating-point rank does not compile. Throws option_error naming the rank as given (-1,
+  /// not 4294967295) when it is outside the world.
+  template <plain_integral Rank>
+  [[nodiscard]] auto operator()(const schedule_options& options, Rank rank) const {
+    if (!std::in_range<std::uint32_t>(rank))
+      throw option_error("views::shard: rank " + std::to_string(rank) + " is outside the world of " +
+                         std::to_string(options.world_size) + " ranks");
+    return detail::pipe_closure{[options, rank = static_cast<std::uint32_t>(rank)]<class R>(R&& rows)
                                   requires std::ranges::viewable_range<R> && row_range<std::views::all_t<R>>
                                 { return shard_view<std::views::all_t<R>>(std::views::all(std::forward<R>(rows)), options, rank); }};
   }
   /// views::shard(rows, options, rank): the same.
-  template <class R>
+  template <class R, plain_integral Rank>
     requires std::ranges::viewable_range<R> && row_range<std::views::all_t<R>>
-  [[nodiscard]] auto operator()(R&& rows, const schedule_options& options, std::uint32_t rank) const {
+  [[nodiscard]] auto operator()(R&& rows, const schedule_options& options, Rank rank) const {
     return (*this)(options, rank).apply(std::forward<R>(rows));
   }
 } shard;

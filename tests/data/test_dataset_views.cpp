@@ -155,6 +155,14 @@ TEST_CASE("a blend takes round(w x N) samples of each corpus: whole passes, then
                        "weight of corpus 1 is 0.000000"));
   CHECK(test::contains(test::message_of<option_error>([&] { blended_dataset<indexed_dataset>(open_both(), {1.0}); }),
                        "1 weights for 2 corpora"));
+  // A -1 that became 2^64 - 1 once overflowed llround and the sum of the corpora's shares into
+  // an empty blend; it is refused, as any N of 2^32 - 1 or more is.
+  const int minus_one = -1;
+  CHECK(test::contains(test::message_of<option_error>([&] {
+                         blended_dataset<indexed_dataset>(open_both(), {1.0, 1.0},
+                                                          {.samples = static_cast<std::uint64_t>(minus_one)});
+                       }),
+                       "blend_options::samples is 18446744073709551615"));
 }
 
 TEST_CASE("a subset keeps each sample's identity: the dataset's loss mask applies") {

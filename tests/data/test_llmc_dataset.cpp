@@ -121,6 +121,15 @@ TEST_CASE("splitting at the end-of-text token: a leading partial document, empty
     test::write_bytes(path, shard({1, 2}, false));
     CHECK_THROWS_AS(llmc_dataset(path, 70000), option_error);
   }
+  SUBCASE("a negative end-of-text token is refused as itself, not read as 4294967295") {
+    // As a uint32 parameter, -1 became 4294967295: a token no shard holds, so a uint32 shard
+    // opened as one sample. (A bool or a double does not compile: tests/compile_errors.)
+    test::write_bytes(path, shard({1, 2}, true));
+    const std::string msg = test::message_of<option_error>([&] { llmc_dataset ds(path, -1); });
+    CHECK(test::contains(msg, "end-of-text token -1 is not a token id"));
+    CHECK(llmc_dataset(path, std::int64_t{2}).size() == 2);  // {1} and {2}: any integer type works
+    CHECK_THROWS_AS(llmc_dataset(path, std::int64_t{1} << 32), option_error);
+  }
 }
 
 TEST_CASE("llm.c shards: every truncation and every header corruption is a format_error at its byte") {

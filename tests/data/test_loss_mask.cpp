@@ -527,6 +527,22 @@ TEST_CASE("missing files are io_errors naming them") {
   CHECK(test::contains(d, (dir / "no/such/dir/p.bin.tmp").string()));
 }
 
+TEST_CASE("prompt_lengths_writer::add refuses a negative or too large length, naming it") {
+  const fs::path dir = test::fresh_temp_dir("loss_mask_add_range");
+  prompt_lengths_writer writer(dir / "p.bin");
+  writer.add(3);  // an int: range-checked, not converted silently
+  const int minus_one = -1;
+  CHECK(test::contains(test::message_of<option_error>([&] { writer.add(minus_one); }),
+                       "prompt length -1 of sample 1 is not one of 0 to 4294967295"));
+  CHECK_THROWS_AS(writer.add(std::int64_t{1} << 32), option_error);
+  writer.add(std::uint64_t{7});
+  writer.finish();
+  const loss_mask m = loss_mask::open_prompt_lengths(dir / "p.bin");
+  REQUIRE(m.size() == 2);  // nothing of the refused ones was written
+  CHECK(m.prompt_length(0) == 3);
+  CHECK(m.prompt_length(1) == 7);
+}
+
 TEST_CASE("write_prompt_lengths replaces an existing file whole") {
   const fs::path dir = test::fresh_temp_dir("loss_mask_replace");
   const std::vector<std::uint32_t> a = {1, 2, 3, 4}, b = {9};

@@ -214,6 +214,9 @@ TEST_CASE("an empty range and bad options") {
   };
   CHECK(test::contains(make({0, 2}, 0, 1), "threads"));
   CHECK(test::contains(make({1, 0}, 0, 1), "depth"));
+  // A negative depth through an int: an option_error, before any queue is sized by it.
+  const int negative = -1;
+  CHECK(test::contains(make({1, static_cast<std::size_t>(negative)}, 0, 1), "depth 18446744073709551615"));
   CHECK(test::contains(make({1, 1}, 5, 4), "first step 5"));
   CHECK(test::contains(test::message_of<option_error>([] { prefetcher<buffer> p({1, 1}, 0, 1, make_buffer(), {}); }),
                        "no build function"));

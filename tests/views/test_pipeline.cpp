@@ -125,6 +125,12 @@ TEST_CASE("breaking out of the loop stops the workers; a dataset moved into the 
   auto rows = indexed_dataset(test::alpaca_prefix()) | views::pack({1024});
   CHECK(test::contains(test::message_of<option_error>([&] { (void)(rows | views::shard({2, 2}, 2)); }),
                        "rank 2 is outside the world of 2"));
+  // A negative rank is named as given, not as 4294967295 (a bool or a double rank does not
+  // compile: tests/compile_errors/shard_rank_of_bool.cpp).
+  CHECK(test::contains(test::message_of<option_error>([&] { (void)(rows | views::shard({2, 2}, -1)); }),
+                       "rank -1 is outside the world of 2"));
+  CHECK(test::contains(test::message_of<option_error>([&] { (void)views::shard(rows, {2, 2}, std::int64_t{1} << 32); }),
+                       "rank 4294967296 is outside the world of 2"));
   auto batches = steps | views::prefetch();
   (void)batches.begin();
   CHECK(test::contains(test::message_of<option_error>([&] { (void)batches.begin(); }), "begin() called twice"));

@@ -27,6 +27,22 @@ namespace multipack {
 template <class T>
 concept batch_token = std::same_as<T, std::int32_t> || std::same_as<T, std::int64_t>;
 
+namespace detail {
+/// The character types and bool: integral, but neither tokens nor counts.
+template <class T>
+constexpr bool is_character_v =
+    std::is_same_v<T, char> || std::is_same_v<T, wchar_t> || std::is_same_v<T, char8_t> ||
+    std::is_same_v<T, char16_t> || std::is_same_v<T, char32_t> || std::is_same_v<T, bool>;
+}  // namespace detail
+
+/// An integer type that is not a character type or bool: what token values, lengths, ranks
+/// and token ids can be passed as (std::in_range, which the range checks use, accepts exactly
+/// these). A function taking an integer it range-checks is a template on it, so that a bool,
+/// a char or a floating-point value does not convert silently (llmc_dataset(path, true) does
+/// not compile), and a negative one is reported as itself, not as 4294967295.
+template <class T>
+concept plain_integral = std::integral<T> && !detail::is_character_v<std::remove_cv_t<T>>;
+
 /// What every function that takes a file's path accepts: a path, a string, a char array.
 /// Those functions are templates on it so that a call with two values in braces, f({a, b}),
 /// does not compile: a std::filesystem::path parameter would take it as the path of the
@@ -51,13 +67,12 @@ concept member_token_sample = requires(const S& s) {
 } && (sample_member_reads_as<S, std::int32_t> || sample_member_reads_as<S, std::int64_t>);
 
 /// The plain form: a contiguous, sized range of integers (std::vector<int>, std::span<const
-/// std::uint16_t>, ...). Not bool (std::vector<bool> is not contiguous) nor a character type.
+/// std::uint16_t>, ...). Not bool (std::vector<bool> is not contiguous) nor a character type
+/// (a std::string, std::u8string or std::wstring is text, not tokens): plain_integral.
 template <class S>
 concept integer_range_sample =
     std::ranges::contiguous_range<const S> && std::ranges::sized_range<const S> &&
-    std::integral<std::ranges::range_value_t<const S>> &&
-    !std::same_as<std::ranges::range_value_t<const S>, bool> &&
-    !std::same_as<std::ranges::range_value_t<const S>, char>;
+    plain_integral<std::ranges::range_value_t<const S>>;
 
 }  // namespace detail
 

@@ -46,10 +46,15 @@ class blended_dataset {
  public:
   /// Blends `corpora` with `weights` (one each, finite and > 0; normalised). Throws
   /// option_error for no corpus, a count mismatch, a bad weight, an empty corpus with a
-  /// weight, or 2^32 - 1 samples or more. Cost: O(N) to measure the tokens taken.
+  /// weight, or 2^32 - 1 samples or more (options.samples is checked first: a huge one, a -1
+  /// that became 2^64 - 1, would overflow the rounding and the sums into a small count).
+  /// Cost: O(N) to measure the tokens taken.
   blended_dataset(std::vector<D> corpora, std::vector<double> weights, const blend_options& options = {})
       : corpora_(std::move(corpora)) {
     if (corpora_.empty()) throw option_error("blended_dataset: no corpus to blend");
+    if (options.samples >= UINT32_MAX)
+      throw option_error("blended_dataset: blend_options::samples is " + std::to_string(options.samples) +
+                         "; at most 2^32 - 2 are supported");
     if (weights.size() != corpora_.size())
       throw option_error("blended_dataset: " + std::to_string(weights.size()) + " weights for " +
                          std::to_string(corpora_.size()) + " corpora");

@@ -12,6 +12,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "multipack/core/concepts.hpp"  // plain_integral
 #include "multipack/core/error.hpp"
 
 namespace multipack {
@@ -82,12 +83,7 @@ enum class token_dtype : std::uint8_t {
 
 namespace detail {
 // Maps by size and signedness, so that `long long` and `long` (both 64-bit on LP64) both
-// work. Character types and bool are not tokens.
-template <class T>
-constexpr bool is_character_v =
-    std::is_same_v<T, char> || std::is_same_v<T, wchar_t> || std::is_same_v<T, char8_t> ||
-    std::is_same_v<T, char16_t> || std::is_same_v<T, char32_t> || std::is_same_v<T, bool>;
-
+// work. Character types and bool are not tokens (detail::is_character_v, core/concepts.hpp).
 template <class T>
 constexpr token_dtype dtype_for() noexcept {
   if constexpr (std::is_same_v<T, float>) {
@@ -103,11 +99,6 @@ constexpr token_dtype dtype_for() noexcept {
   return token_dtype{};  // 0: no dtype (uint32, uint64, char, bool, long double ...)
 }
 }  // namespace detail
-
-/// An integer type that is not a character type or bool: what token values can be passed as
-/// or read into (std::in_range, which the conversions use, accepts exactly these).
-template <class T>
-concept plain_integral = std::integral<T> && !detail::is_character_v<std::remove_cv_t<T>>;
 
 /// A C++ type that is the storage type of some token_dtype (uint8_t, int8_t, int16_t,
 /// uint16_t, int32_t, int64_t or long long, float, double). Megatron has no uint32/uint64.

@@ -52,7 +52,9 @@ class in_memory_dataset {
   /// Takes flat `tokens` and `offsets` (sample i is tokens [offsets[i], offsets[i+1])).
   /// Empty `offsets` means no samples (then `tokens` must be empty too). Throws option_error
   /// naming the offending entry unless the offsets start at 0, never decrease and end at
-  /// tokens.size(). O(samples).
+  /// tokens.size(). O(samples). Call it with parentheses when the vectors are written out:
+  /// in_memory_dataset<> d{{1, 2, 3}, {0, 3}} is two samples, {1, 2, 3} and {0, 3}, by the
+  /// constructor above (as std::vector<int>{3, 4} is two elements, not three fours).
   explicit in_memory_dataset(std::vector<Token> tokens, std::vector<std::uint64_t> offsets)
       : tokens_(std::move(tokens)), offsets_(std::move(offsets)) {
     if (offsets_.empty()) offsets_.push_back(0);

@@ -84,6 +84,9 @@ namespace multipack {
   }
   return lengths;
 }
+/// A name of 0 or nullptr would compile, as a null const char* to std::string_view, and read
+/// through a null pointer; refused here.
+std::vector<std::uint32_t> parse_length_list(std::string_view text, std::nullptr_t name) = delete;
 
 /// Reads a length list file (memory-mapped, so a 100 M-line file is not copied). Throws
 /// io_error naming the path when it cannot be opened or mapped (or is not a regular file),

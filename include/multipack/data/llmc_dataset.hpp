@@ -48,9 +48,17 @@ class llmc_dataset {
   /// be opened or mapped; format_error "<file>: byte <offset>: ..." for a file shorter than
   /// the header, an unknown magic, a version that does not go with the magic, a negative
   /// token count, or a size other than 1024 + n x token width (truncated or trailing bytes);
-  /// option_error when end_of_text does not fit the file's token type.
-  template <path_like Path>
-  llmc_dataset(const Path& path, std::uint32_t end_of_text) : file_(std::filesystem::path(path)), end_of_text_(end_of_text) {
+  /// option_error when end_of_text does not fit the file's token type (a negative one, or
+  /// one above 4294967295, before the file is opened).
+  ///
+  /// end_of_text is any integer type but bool and the character types (plain_integral):
+  /// llmc_dataset(path, true) or llmc_dataset(path, 50256.5) does not compile, and -1 is
+  /// reported as -1 rather than read as 4294967295 (a token no uint32 file holds, hence one
+  /// sample of the whole file).
+  template <path_like Path, plain_integral Id>
+  llmc_dataset(const Path& path, Id end_of_text)
+      : file_((check_end_of_text(path, end_of_text), std::filesystem::path(path))),
+        end_of_text_(static_cast<std::uint32_t>(end_of_text)) {
     validate();
     find_samples();
   }
@@ -129,6 +137,13 @@ class llmc_dataset {
       throw sample_error(path().string() + ": sample " + std::to_string(i) + ", token " + std::to_string(first + bad) +
                          ": value " + detail::value_text(src[bad]) + " (uint" + std::to_string(8 * sizeof(S)) +
                          ") has no exact " + std::string(detail::type_name<Out>()) + " value");
+  }
+
+  template <class Path, class Id>
+  static void check_end_of_text(const Path& path, Id end_of_text) {
+    if (!std::in_range<std::uint32_t>(end_of_text))
+      throw option_error(std::filesystem::path(path).string() + ": end-of-text token " + std::to_string(end_of_text) +
+                         " is not a token id (llm.c's tokens are 0 to 4294967295)");
   }
 
   [[noreturn]] void fail(std::uint64_t offset, const std::string& what) const {

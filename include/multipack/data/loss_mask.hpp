@@ -156,6 +156,9 @@ class loss_mask {
     m.keep_ = std::move(owned);
     return m;
   }
+  /// A name of 0 or nullptr would compile, as a null const char* to std::string, and throw
+  /// std::logic_error; refused here.
+  static loss_mask from_prompt_lengths(std::vector<std::uint32_t> prompt_lengths, std::nullptr_t name) = delete;
 
   /// Opens a prompt-length file, text or binary (see the top of this file), told apart by the
   /// binary form's magic. The binary form is mapped and validated in full (O(1): the header

@@ -43,9 +43,16 @@ class prompt_lengths_writer {
     std::filesystem::remove(tmp_, ignored);
   }
 
-  /// Appends sample size()'s prompt length. O(1) amortised.
-  void add(std::uint32_t prompt_length) {
-    out_.write_value(prompt_length);  // little-endian host: as it is in memory
+  /// Appends sample size()'s prompt length: any integer type but bool and the character
+  /// types (plain_integral; add(true) or add(2.5) does not compile). Throws option_error for a
+  /// length that is negative or above 4294967295, naming it, and writes nothing then.
+  /// O(1) amortised.
+  template <plain_integral Length>
+  void add(Length prompt_length) {
+    if (!std::in_range<std::uint32_t>(prompt_length))
+      throw option_error(path_.string() + ": prompt length " + std::to_string(prompt_length) + " of sample " +
+                         std::to_string(count_) + " is not one of 0 to 4294967295");
+    out_.write_value(static_cast<std::uint32_t>(prompt_length));  // little-endian host: as it is in memory
     ++count_;
   }
   /// Appends many. O(n).

@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "multipack/core/concepts.hpp"  // plain_integral
 #include "multipack/core/error.hpp"
 #include "multipack/core/packed_rows.hpp"
 #include "multipack/core/random.hpp"
@@ -101,8 +102,10 @@ struct packing {
 
 /// Any range of integer lengths: copied into 32-bit lengths first (4 bytes a sample).
 /// Throws sample_error for a negative length or one of 2^32 tokens or more, naming the sample.
+/// Not a range of bool or of characters (plain_integral): pack(std::string("abc"), o) would
+/// pack three samples of 97, 98 and 99 tokens.
 template <std::ranges::input_range Lengths>
-  requires std::integral<std::ranges::range_value_t<Lengths>> &&
+  requires plain_integral<std::ranges::range_value_t<Lengths>> &&
            (!std::convertible_to<Lengths, std::span<const std::uint32_t>>)
 [[nodiscard]] packing pack(Lengths&& lengths, const pack_options& options) {
   std::vector<std::uint32_t> copy;

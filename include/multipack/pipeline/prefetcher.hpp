@@ -40,12 +40,16 @@ struct prefetch_options {
   std::size_t depth = 4;  ///< buffers, hence batches that may exist ahead of the consumer
 };
 
-/// Throws option_error for 0 threads, a depth of 0, or more than 1024 threads. O(1).
+/// Throws option_error for 0 threads, a depth of 0, more than 1024 threads or more than
+/// 65,536 buffers (a negative depth through an int wraps to a huge one). O(1).
 inline void validate(const prefetch_options& options) {
   if (options.threads == 0) throw option_error("prefetch_options: threads must be at least 1");
   if (options.threads > 1024)
     throw option_error("prefetch_options: " + std::to_string(options.threads) + " threads; at most 1024 are supported");
   if (options.depth == 0) throw option_error("prefetch_options: depth must be at least 1 buffer");
+  if (options.depth > 65536)
+    throw option_error("prefetch_options: depth " + std::to_string(options.depth) +
+                       "; at most 65536 buffers are supported");
 }
 
 /// What the prefetcher measured so far.
@@ -130,7 +134,7 @@ class prefetcher {
   /// (the started ones are stopped first). Cost: depth buffers, threads threads.
   prefetcher(const prefetch_options& options, std::uint64_t first_step, std::uint64_t end_step,
              const std::function<Buffer()>& make_buffer, build_function build)
-      : build_(std::move(build)),
+      : build_((validate(options), std::move(build))),  // first: the queues below are sized by the options
         next_step_(first_step),
         expected_(first_step),
         end_(end_step),
@@ -140,7 +144,6 @@ class prefetcher {
         ready_(options.depth + 1, options.threads, 1),
         arrived_(options.depth),
         start_(clock::now()) {
-    validate(options);
     if (first_step > end_step)
       throw option_error("prefetcher: first step " + std::to_string(first_step) + " is after the end, " +
                          std::to_string(end_step));
