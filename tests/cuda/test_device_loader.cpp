@@ -244,6 +244,36 @@ TEST_SUITE("device") {
     }
   }
 
+  TEST_CASE("a batch kept after its loader is gone still holds its copy; the memory goes with the last") {
+    // libtorch tensors over a device batch may outlive the loader (torch/device_tensors.hpp).
+    const auto dataset = alpaca();
+    const auto plan = alpaca_plan(1, 4, 2048);
+    const batch_options options = masked(0);
+    const auto before = test::cuda_calls();
+    {
+      cuda::stream trainer;
+      std::optional<cuda::device_batch<>> kept;
+      std::optional<read_back<std::int32_t>> reader;
+      {
+        cuda::device_loader<indexed_dataset> loader(dataset, plan, 0, options, {2, 3}, {2});
+        reader.emplace(loader.layout(), 1);
+        auto first = loader.next();
+        REQUIRE(first);
+        first->wait(trainer.get());
+        kept = std::move(first);
+        auto second = loader.next();  // the loader goes on, and is destroyed holding nothing
+        REQUIRE(second);
+      }
+      reader->enqueue(0, kept->view(), trainer.get());
+      trainer.synchronize();
+      CHECK(reader->contents(0) == test::reference<std::int32_t>(*dataset, *plan, 0, 0, options));
+      kept.reset();  // the last holder: the device memory goes now
+    }
+    const auto after = test::cuda_calls();
+    CHECK(after.device_frees - before.device_frees == after.device_allocations - before.device_allocations);
+    CHECK(after.host_frees - before.host_frees == after.host_allocations - before.host_allocations);
+  }
+
   TEST_CASE("views::to_device: the pipeline's batches, ready on the trainer's stream") {
     const auto plan = alpaca_plan(1, 4, 2048);
     cuda::stream trainer;

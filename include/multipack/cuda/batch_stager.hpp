@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -41,12 +42,12 @@ class batch_stager {
   batch_stager(const batch_stager&) = delete;
   batch_stager& operator=(const batch_stager&) = delete;
 
-  /// Waits for the copies still queued and for the consumer work before every release, then
-  /// frees the memory. Every batch must have been released before. Never throws.
+  /// Waits for the copies still queued, then frees the pinned memory; the device buffers go
+  /// once the consumer work before every release has passed, or, while batches are still
+  /// held, when the last of them goes. Never throws.
   ~batch_stager() {
     if (!on_device_) return;
     static_cast<void>(cudaStreamSynchronize(copy_->get()));
-    if (ring_) ring_->wait_for_releases();
     for (pinned_buffer& b : buffers_) pinned_.deallocate(b.block.data(), b.block.size(), 256);
   }
 
@@ -98,7 +99,7 @@ class batch_stager {
     ++copies_.copies;
     copies_.bytes_copied += slot.bytes;
     claimed.keep();
-    return device_batch<T>(&*ring_, claimed.index(), device, step, 0, slot.copied.get());
+    return device_batch<T>(ring_, claimed.index(), device, step, 0, slot.copied.get());
   }
 
   /// Copies so far (copies, bytes_copied; no timing, no host statistics). O(1).
@@ -127,7 +128,7 @@ class batch_stager {
     validate(layout);
     layout_ = layout;
     const std::size_t bytes = layout.bytes<T>();
-    ring_.emplace(options_.batches_in_flight, bytes, false);
+    ring_ = std::make_shared<detail::device_ring>(options_.batches_in_flight, bytes, false);
     buffers_.reserve(options_.batches_in_flight);
     for (std::size_t i = 0; i < options_.batches_in_flight; ++i)
       buffers_.push_back({{static_cast<std::byte*>(pinned_.allocate(bytes, 256)), bytes}, event(false), false});
@@ -138,7 +139,7 @@ class batch_stager {
   pinned_memory_resource pinned_;  // outlives the buffers
   std::optional<stream> copy_;
   std::optional<batch_layout> layout_;
-  std::optional<detail::device_ring> ring_;
+  std::shared_ptr<detail::device_ring> ring_;  // shared with the batches handed out
   std::vector<pinned_buffer> buffers_;
   std::size_t next_buffer_ = 0;
   std::uint64_t staged_ = 0;

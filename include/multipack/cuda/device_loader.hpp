@@ -115,6 +115,12 @@ class device_ring {
     }
   }
 
+  device_ring(const device_ring&) = delete;
+  device_ring& operator=(const device_ring&) = delete;
+  /// Waits for the consumer work before every recorded release, then frees the buffers.
+  /// Shared by the loader and its batches: the last of them to go frees it. Never throws.
+  ~device_ring() { wait_for_releases(); }
+
   [[nodiscard]] std::size_t size() const noexcept { return slots_.size(); }
   [[nodiscard]] device_slot& operator[](std::size_t i) noexcept { return slots_[i]; }
 
@@ -225,7 +231,9 @@ template <batch_token T>
 class batch_stager;
 
 /// A batch in device memory, on loan to the consumer until released (or destroyed).
-/// Move-only. Must not outlive its loader.
+/// Move-only. It may outlive its loader: it shares the device buffers (libtorch tensors over
+/// it keep it until the last tensor dies), and the last of the loader and its batches to go
+/// waits for the recorded releases before the memory is freed.
 template <batch_token T = std::int32_t>
 class device_batch {
  public:
@@ -236,7 +244,7 @@ class device_batch {
   device_batch& operator=(device_batch&& other) noexcept {
     if (this != &other) {
       release();
-      ring_ = std::exchange(other.ring_, nullptr);
+      ring_ = std::move(other.ring_);
       slot_ = other.slot_;
       view_ = other.view_;
       step_ = other.step_;
@@ -281,7 +289,8 @@ class device_batch {
       host_.reset();
       return;
     }
-    const cudaError_t result = std::exchange(ring_, nullptr)->give_back(slot_, consumer);
+    const auto ring = std::exchange(ring_, nullptr);
+    const cudaError_t result = ring->give_back(slot_, consumer);
     waited_on_.reset();
     MULTIPACK_CUDA_CHECK(result);
   }
@@ -300,15 +309,15 @@ class device_batch {
   friend class device_loader;
   friend class batch_stager<T>;
 
-  device_batch(detail::device_ring* ring, std::size_t slot, const batch_view<T>& view, std::uint64_t step,
-               std::uint32_t rank, cudaEvent_t ready) noexcept
-      : ring_(ring), slot_(slot), view_(view), step_(step), rank_(rank), ready_(ready) {}
+  device_batch(std::shared_ptr<detail::device_ring> ring, std::size_t slot, const batch_view<T>& view,
+               std::uint64_t step, std::uint32_t rank, cudaEvent_t ready) noexcept
+      : ring_(std::move(ring)), slot_(slot), view_(view), step_(step), rank_(rank), ready_(ready) {}
   explicit device_batch(host_lease host) noexcept
       : view_(host->view), step_(host->step), rank_(host->rank), host_(std::move(host)) {}
   // The stager's host fallback: the caller's host batch, as it is.
   device_batch(const batch_view<T>& host, std::uint64_t step) noexcept : view_(host), step_(step) {}
 
-  detail::device_ring* ring_ = nullptr;
+  std::shared_ptr<detail::device_ring> ring_;
   std::size_t slot_ = 0;
   batch_view<T> view_;
   std::uint64_t step_ = 0;
@@ -335,7 +344,7 @@ class device_loader {
   device_loader(std::shared_ptr<const D> dataset, std::shared_ptr<const epoch_plan> plan, std::uint32_t rank,
                 batch_options options, prefetch_options prefetch, const device_options& device = {},
                 std::uint64_t start_step = 0)
-      : options_((validate(device), device)),
+      : options_((validate(prefetch), validate(device), device)),
         on_device_(checked_device(device)),
         copy_(make_copy_stream()),
         ring_(make_ring(plan ? layout_of(*plan, options) : throw option_error("device_loader: no plan"))),
@@ -348,7 +357,7 @@ class device_loader {
   template <step_range Steps>
   device_loader(std::shared_ptr<const D> dataset, Steps steps, batch_options options, prefetch_options prefetch,
                 const device_options& device = {})
-      : options_((validate(device), device)),
+      : options_((validate(prefetch), validate(device), device)),
         on_device_(checked_device(device)),
         copy_(make_copy_stream()),
         ring_(make_ring(dataset ? checked_layout_of(*dataset, steps, options.capacity, options.pad_to_multiple)
@@ -359,14 +368,13 @@ class device_loader {
   device_loader(const device_loader&) = delete;
   device_loader& operator=(const device_loader&) = delete;
 
-  /// Waits for the copies still queued, for the consumer work before
-  /// every release, then stops the workers and frees the memory. Every batch must have been
-  /// released before. Never throws.
+  /// Waits for the copies still queued, then stops the workers and frees the memory: the
+  /// device buffers once the consumer work before every release has passed, or, while
+  /// batches are still held, when the last of them goes. Never throws.
   ~device_loader() {
     if (!on_device_) return;
     static_cast<void>(cudaStreamSynchronize(copy_->get()));
     for (pending_copy& p : pending_) p.lease.reset();
-    ring_->wait_for_releases();
   }
 
   /// The next step's batch, in order, its copy queued; std::nullopt after the last step.
@@ -415,7 +423,7 @@ class device_loader {
     ++pending_tail_;
 
     claimed.keep();
-    return batch(&*ring_, claimed.index(), to, step, rank, slot.copied.get());
+    return batch(ring_, claimed.index(), to, step, rank, slot.copied.get());
   }
 
   /// Statistics so far. Consumer thread only. O(1).
@@ -448,11 +456,10 @@ class device_loader {
     return stream(cudaStreamNonBlocking);
   }
 
-  std::optional<detail::device_ring> make_ring(const batch_layout& layout) const {
-    if (!on_device_) return std::nullopt;
+  std::shared_ptr<detail::device_ring> make_ring(const batch_layout& layout) const {
+    if (!on_device_) return nullptr;
     validate(layout);
-    return std::optional<detail::device_ring>(std::in_place, options_.batches_in_flight, layout.bytes<T>(),
-                                              options_.time_copies);
+    return std::make_shared<detail::device_ring>(options_.batches_in_flight, layout.bytes<T>(), options_.time_copies);
   }
 
   batch_options with_memory(batch_options options) {
@@ -518,7 +525,7 @@ class device_loader {
   bool on_device_;
   std::unique_ptr<pinned_memory_resource> pinned_;  // outlives the loader's buffers
   std::optional<stream> copy_;
-  std::optional<detail::device_ring> ring_;
+  std::shared_ptr<detail::device_ring> ring_;  // shared with the batches handed out
   // Pinned buffers whose copy is queued, oldest first, in a ring of one entry per pinned
   // buffer: added at the tail, given back from the head once their event has passed.
   std::vector<pending_copy> pending_;
