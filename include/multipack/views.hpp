@@ -138,13 +138,14 @@ struct pipe_closure {
 template <class Apply>
 inline constexpr bool is_pipe_closure<pipe_closure<Apply>> = true;
 
-/// The iterator of the input views of batches (views::prefetch, views::to_device): a pointer
-/// to the view's shared state, which holds the current batch. State has batch() (the current
-/// one), advance() (give it back, take the next) and has_batch().
-template <class State, class T>
+/// The iterator of the input views of batches (views::prefetch, views::to_device,
+/// torch::views::to_tensors): a pointer to the view's shared state, which holds the current
+/// batch, a Batch (a batch_view<T>, batch tensors). State has batch() (the current one),
+/// advance() (give it back, take the next) and has_batch().
+template <class State, class Batch>
 class batch_iterator {
  public:
-  using value_type = batch_view<T>;
+  using value_type = Batch;
   using difference_type = std::ptrdiff_t;
   using iterator_concept = std::input_iterator_tag;
 
@@ -154,7 +155,7 @@ class batch_iterator {
   batch_iterator& operator=(batch_iterator&&) noexcept = default;
 
   /// The current batch; valid until the iterator advances.
-  const batch_view<T>& operator*() const { return state_->batch(); }
+  const Batch& operator*() const { return state_->batch(); }
   /// Gives the current batch back and waits for the next.
   batch_iterator& operator++() {
     state_->advance();
@@ -331,7 +332,7 @@ class prefetch_view : public std::ranges::view_interface<prefetch_view<Steps, T>
   };
 
  public:
-  using iterator = detail::batch_iterator<state, T>;
+  using iterator = detail::batch_iterator<state, batch_view<T>>;
 
   prefetch_view() = default;
   /// Keeps the steps (a view: shared, not copied) and the options; starts nothing. Throws
@@ -374,6 +375,26 @@ class prefetch_view : public std::ranges::view_interface<prefetch_view<Steps, T>
  private:
   std::shared_ptr<state> state_;
 };
+
+}  // namespace views
+
+namespace detail {
+/// Whether R is a views::prefetch_view: the stages after it (views::to_device,
+/// torch::views::to_tensors) build their loader from its steps and options.
+template <class R>
+inline constexpr bool is_prefetch_view = false;
+template <class Steps, class T>
+inline constexpr bool is_prefetch_view<views::prefetch_view<Steps, T>> = true;
+/// The token type of a batch_view (none for anything else).
+template <class B>
+struct batch_token_of {};
+template <class T>
+struct batch_token_of<batch_view<T>> {
+  using type = T;
+};
+}  // namespace detail
+
+namespace views {
 
 inline constexpr struct pack_fn {
   /// range | views::pack(options): the rows of a packing of the range's samples.

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <ranges>
 #include <thread>
 #include <vector>
 
@@ -14,6 +15,7 @@
 #include "multipack/schedule/plan.hpp"
 #include "multipack/pipeline/batch_loader.hpp"
 #include "multipack/torch/tensors.hpp"
+#include "multipack/torch/views.hpp"
 #include "support/alpaca.hpp"
 #include "support/expect.hpp"
 
@@ -54,7 +56,79 @@ void check_tensors_are_the_batch(const multipack::torch::batch_tensors& t, const
   CHECK(t.max_seqlen == view.max_seqlen);
 }
 
+/// The arrays of a batch, flattened and concatenated, from its tensors and from its view.
+std::vector<std::int64_t> arrays_of(const multipack::torch::batch_tensors& t) {
+  std::vector<std::int64_t> all;
+  for (const at::Tensor& array : {t.input_ids, t.labels, t.position_ids, t.sequence_ids, t.cu_seqlens}) {
+    const at::Tensor flat = array.to(at::kLong).contiguous().view({-1});
+    all.insert(all.end(), flat.data_ptr<std::int64_t>(), flat.data_ptr<std::int64_t>() + flat.numel());
+  }
+  all.push_back(t.loss_tokens);
+  return all;
+}
+template <class T>
+std::vector<std::int64_t> arrays_of(const multipack::batch_view<T>& b) {
+  std::vector<std::int64_t> all;
+  for (const auto span : {b.used_input_ids(), b.used_labels(), b.used_position_ids(), b.used_sequence_ids()})
+    all.insert(all.end(), span.begin(), span.end());
+  all.insert(all.end(), b.used_cu_seqlens().begin(), b.used_cu_seqlens().end());
+  all.push_back(static_cast<std::int64_t>(b.loss_tokens));
+  return all;
+}
+
 }  // namespace
+
+TEST_CASE("torch::views::to_tensors: an input view of batch_tensors, both call forms") {
+  const auto& d = test::alpaca();
+  auto steps = d | multipack::views::pack({.capacity = 2048}) | multipack::views::shard({.micro_batch = 4, .seed = 1}, 0);
+  using tensors_of_prefetch = decltype(steps | multipack::views::prefetch() | multipack::torch::views::to_tensors());
+  static_assert(std::ranges::input_range<tensors_of_prefetch>);
+  static_assert(std::ranges::view<tensors_of_prefetch>);
+  static_assert(!std::ranges::forward_range<tensors_of_prefetch>);
+  static_assert(std::ranges::sized_range<tensors_of_prefetch>);
+  static_assert(std::same_as<std::ranges::range_value_t<tensors_of_prefetch>, multipack::torch::batch_tensors>);
+  using tensors_of_taken = decltype(steps | multipack::views::prefetch() | std::views::take(2) |
+                                    multipack::torch::views::to_tensors());
+  static_assert(std::ranges::input_range<tensors_of_taken>);
+
+  // The reference: the batches of the same steps as views::prefetch gives them.
+  multipack::batch_options options;
+  options.mask = test::alpaca_prompts();
+  std::vector<std::vector<std::int64_t>> expected;
+  for (const auto& b : steps | multipack::views::prefetch_as<std::int64_t>({}, options)) expected.push_back(arrays_of(b));
+  REQUIRE(expected.size() == steps.size());
+
+  SUBCASE("after a prefetch view: the loader's buffers, kept past their step") {
+    auto batches = steps | multipack::views::prefetch_as<std::int64_t>({.threads = 2, .depth = 3}, options) |
+                   multipack::torch::views::to_tensors();
+    CHECK(batches.size() == expected.size());
+    std::vector<multipack::torch::batch_tensors> kept;  // every other batch, kept to the end
+    std::size_t i = 0;
+    for (const multipack::torch::batch_tensors& b : batches) {
+      CHECK((b.input_ids.scalar_type() == at::kLong));
+      CHECK(arrays_of(b) == expected[i]);
+      CHECK(b.step == i);
+      if (i % 2 == 0 && kept.size() < 2) kept.push_back(b);  // two of three buffers held: the loop goes on
+      ++i;
+    }
+    CHECK(i == expected.size());
+    for (std::size_t k = 0; k < kept.size(); ++k) CHECK(arrays_of(kept[k]) == expected[2 * k]);
+    CHECK(test::contains(test::message_of<multipack::option_error>([&] { (void)batches.begin(); }), "begin() called twice"));
+  }
+  SUBCASE("after any other range of batches: a copy of each, the call form") {
+    auto taken = steps | multipack::views::prefetch_as<std::int64_t>({}, options) | std::views::take(3);
+    std::size_t i = 0;
+    for (const auto& b : multipack::torch::views::to_tensors(taken)) CHECK(arrays_of(b) == expected[i++]);
+    CHECK(i == 3);
+  }
+  SUBCASE("no steps, no batches") {
+    std::size_t n = 0;
+    for (const auto& b : steps | std::views::drop(steps.size()) | multipack::views::prefetch() |
+                             multipack::torch::views::to_tensors())
+      n += static_cast<std::size_t>(b.input_ids.size(0) > 0);
+    CHECK(n == 0);
+  }
+}
 
 TEST_CASE("tensors over a batch: the batch's shapes, dtype and memory, int32 and int64") {
   auto dataset = alpaca_shared();

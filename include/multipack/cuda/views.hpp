@@ -29,19 +29,6 @@
 #include "multipack/cuda/device_loader.hpp"
 #include "multipack/views.hpp"
 
-namespace multipack::detail {
-template <class R>
-inline constexpr bool is_prefetch_view = false;
-template <class Steps, class T>
-inline constexpr bool is_prefetch_view<views::prefetch_view<Steps, T>> = true;
-template <class B>
-struct batch_token_of {};
-template <class T>
-struct batch_token_of<batch_view<T>> {
-  using type = T;
-};
-}  // namespace multipack::detail
-
 namespace multipack::views {
 
 /// The batches of a prefetch_view, copied to the device: an input view of batch_view<T>
@@ -69,7 +56,7 @@ class device_view : public std::ranges::view_interface<device_view<Steps, T>> {
   };
 
  public:
-  using iterator = multipack::detail::batch_iterator<state, T>;
+  using iterator = multipack::detail::batch_iterator<state, batch_view<T>>;
 
   device_view() = default;
   device_view(prefetch_view<Steps, T> source, cudaStream_t consumer, const cuda::device_options& device) {
@@ -131,7 +118,7 @@ class staged_device_view : public std::ranges::view_interface<staged_device_view
   };
 
  public:
-  using iterator = multipack::detail::batch_iterator<state, T>;
+  using iterator = multipack::detail::batch_iterator<state, batch_view<T>>;
 
   staged_device_view() = default;
   staged_device_view(Source source, cudaStream_t consumer, const cuda::device_options& device) : device_(device) {

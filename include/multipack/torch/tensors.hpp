@@ -13,7 +13,9 @@
 //   gone. The pool's bound holds: the workers wait for a free buffer, and the loader's next()
 //   fails with a clear error when the trainer keeps every buffer.
 // - borrow_tensors(view): tensors over a batch someone else owns, valid while it is (a
-//   batch_view from views::prefetch, until the loop advances).
+//   batch_view from views::prefetch, until the loop advances); copy_tensors(view): tensors
+//   over a copy of it, for a batch that will not stay.
+// - torch::views::to_tensors (torch/views.hpp): the pipeline's last stage, for loops.
 // - dtype: input_ids, labels, position_ids and sequence_ids are the batch's token type (kInt32,
 //   or kInt64 for prefetch_as<std::int64_t>, which torch::embedding takes as it is);
 //   cu_seqlens is kInt32, as FlashAttention takes it.
@@ -85,6 +87,17 @@ template <batch_token T>
 template <batch_token T>
 [[nodiscard]] batch_tensors borrow_tensors(const batch_view<T>& view, std::uint64_t step = 0, std::uint32_t rank = 0) {
   return detail::tensors_over(view, nullptr, ::torch::kCPU, step, rank);
+}
+
+/// CPU tensors that own a copy of `view`'s used arrays: for a batch that will not stay (a
+/// trainer's own, one of views::prefetch after other views). O(the batch's used bytes), one
+/// allocation an array; throws what libtorch's allocation throws.
+template <batch_token T>
+[[nodiscard]] batch_tensors copy_tensors(const batch_view<T>& view, std::uint64_t step = 0, std::uint32_t rank = 0) {
+  batch_tensors t = borrow_tensors(view, step, rank);
+  for (::torch::Tensor* array : {&t.input_ids, &t.labels, &t.position_ids, &t.sequence_ids, &t.cu_seqlens})
+    *array = array->clone();
+  return t;
 }
 
 /// CPU tensors that own `batch`, a lease of batch_loader::next() (taken by move): its buffer

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# examples/torch_trainer as a trainer author runs it: with no arguments, from the project
+# root, it trains and the loss falls (the mean of the last five steps at least one nat under
+# the first five's); stopped after K steps and resumed from its checkpoint (model, optimizer,
+# position in the plan), it prints exactly the losses of a run that never stopped.
+# Usage: torch_trainer_test.sh TORCH_TRAINER SOURCE_DIR WORKDIR
+set -euo pipefail
+trainer=$1 source=$2 work=$3
+rm -rf "$work" && mkdir -p "$work"
+cd "$source"  # the example's defaults are relative to the project root
+losses() { sed -n 's/^epoch [0-9]* step [0-9]*: loss \([0-9.]*\) over .*/\1/p' "$1"; }
+
+"$trainer" >"$work/default.txt"
+tail -1 "$work/default.txt"
+losses "$work/default.txt" >"$work/default.losses"
+steps=$(wc -l <"$work/default.losses")
+[[ $steps -ge 10 ]] || { echo "FAIL: $steps steps printed"; cat "$work/default.txt"; exit 1; }
+python3 - "$work/default.losses" <<'PY'
+import sys
+losses = [float(x) for x in open(sys.argv[1])]
+first, last = sum(losses[:5]) / 5, sum(losses[-5:]) / 5
+print('loss: %.3f over the first five steps, %.3f over the last five (%d steps)' % (first, last, len(losses)))
+if not last < first - 1.0:
+    sys.exit('FAIL: the loss did not fall by a nat')
+PY
+
+"$trainer" --steps 12 >"$work/full.txt"
+for stop in 1 5 11; do
+  rm -rf "$work/checkpoint"
+  "$trainer" --steps 12 --checkpoint "$work/checkpoint" --stop-after "$stop" >"$work/first.txt"
+  "$trainer" --steps 12 --checkpoint "$work/checkpoint" >"$work/second.txt"
+  if ! diff <(grep '^epoch' "$work/full.txt") <(grep -h '^epoch' "$work/first.txt" "$work/second.txt") >"$work/diff.txt"; then
+    echo "FAIL: stopped after $stop steps and resumed, the losses differ from an uninterrupted run:"
+    cat "$work/diff.txt"
+    exit 1
+  fi
+  echo "ok - stopped after $stop steps and resumed: $(head -1 "$work/second.txt"); the same 12 losses"
+done

@@ -1,0 +1,85 @@
+// Device batches as tensors (torch/device_tensors.hpp), against the CUDA runtime simulated on
+// the host (tests/cuda/simulated_runtime.cpp). Debian's libtorch has no CUDA: there a device
+// batch's tensors throw libtorch's error, and the batch must go back all the same; with a
+// CUDA libtorch (on a GPU machine) they are CUDA tensors over the device buffers. On the
+// loader's host fallback they are CPU tensors over the host batch.
+
+#include "support/torch_doctest.hpp"  // first: libtorch, then doctest
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+
+#include "multipack/cuda/device_loader.hpp"
+#include "multipack/data/indexed_dataset.hpp"
+#include "multipack/data/length_list.hpp"
+#include "multipack/schedule/plan.hpp"
+#include "multipack/torch/device_tensors.hpp"
+#include "support/paths.hpp"
+
+namespace test = multipack::test;
+
+namespace {
+
+struct alpaca_loading {
+  std::shared_ptr<const multipack::indexed_dataset> dataset =
+      std::make_shared<const multipack::indexed_dataset>(test::alpaca_prefix());
+  std::shared_ptr<const multipack::epoch_plan> plan = std::make_shared<const multipack::epoch_plan>(
+      multipack::plan_epoch(multipack::read_length_list(test::source_dir() / "data/alpaca/lengths.txt"),
+                            {.capacity = 2048}, {.world_size = 1, .micro_batch = 4, .seed = 5}));
+};
+
+}  // namespace
+
+TEST_SUITE("device") {
+  TEST_CASE("a device batch's tensors: CUDA tensors over its buffers, or libtorch's error and the batch back") {
+    const alpaca_loading data;
+    multipack::cuda::stream trainer;
+    multipack::cuda::device_loader<multipack::indexed_dataset, std::int64_t> loader(data.dataset, data.plan, 0, {},
+                                                                                    {.threads = 2, .depth = 2},
+                                                                                    {.batches_in_flight = 2});
+    if (::torch::cuda::is_available()) {
+      auto batch = loader.next();
+      REQUIRE(batch);
+      const auto* ids = batch->view().input_ids.data();
+      const std::uint32_t rows = batch->view().rows, length = batch->view().row_length;
+      const auto t = multipack::torch::to_tensors(std::move(*batch), trainer.get());
+      CHECK(t.input_ids.is_cuda());
+      CHECK(t.input_ids.data_ptr() == ids);
+      CHECK((t.input_ids.sizes() == at::IntArrayRef({rows, length})));
+      CHECK((t.input_ids.scalar_type() == at::kLong));
+      CHECK(t.cu_seqlens.is_cuda());
+    } else {
+      // Each failed conversion gives its batch back: more failures than device buffers, and
+      // the loader still goes on.
+      for (int i = 0; i < 4; ++i) {
+        auto batch = loader.next();
+        REQUIRE(batch);
+        CHECK_THROWS_AS((void)multipack::torch::to_tensors(std::move(*batch), trainer.get()), c10::Error);
+      }
+    }
+    CHECK(loader.next().has_value());
+  }
+}
+
+TEST_SUITE("no_device") {
+  TEST_CASE("on the host fallback: CPU tensors over the host batch, which they own") {
+    const alpaca_loading data;
+    std::optional<multipack::torch::batch_tensors> kept;
+    {
+      multipack::cuda::device_loader<multipack::indexed_dataset, std::int64_t> loader(
+          data.dataset, data.plan, 0, {}, {.threads = 2, .depth = 2}, {.host_fallback = true});
+      auto batch = loader.next();
+      REQUIRE(batch);
+      REQUIRE(!batch->on_device());
+      const auto* ids = batch->view().input_ids.data();
+      kept = multipack::torch::to_tensors(std::move(*batch), nullptr);
+      CHECK(kept->input_ids.device().is_cpu());
+      CHECK(kept->input_ids.data_ptr() == ids);
+    }
+    // The loader is gone; the tensors still read their batch: the first row starts a piece.
+    CHECK(kept->position_ids[0][0].item<std::int64_t>() == 0);
+    CHECK(kept->sequence_ids[0][0].item<std::int64_t>() == 1);
+    CHECK(kept->labels[0][0].item<std::int64_t>() == -100);
+  }
+}
