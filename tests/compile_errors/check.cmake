@@ -4,7 +4,12 @@
 # requirement that the misuse breaks).
 file(STRINGS "${SOURCE}" first LIMIT_COUNT 1)
 string(REGEX REPLACE "^// expect: " "" expected "${first}")
-execute_process(COMMAND "${COMPILER}" -std=c++20 -fsyntax-only "-I${INCLUDE}" "${SOURCE}"
+# EXTRA_INCLUDE: one more include directory (CUDA's, for the cases under cuda/).
+set(extra "")
+if(EXTRA_INCLUDE)
+  set(extra "-isystem" "${EXTRA_INCLUDE}")
+endif()
+execute_process(COMMAND "${COMPILER}" -std=c++20 -fsyntax-only "-I${INCLUDE}" ${extra} "${SOURCE}"
                 RESULT_VARIABLE result OUTPUT_VARIABLE output ERROR_VARIABLE output)
 if(expected STREQUAL "compiles")
   if(NOT result EQUAL 0)

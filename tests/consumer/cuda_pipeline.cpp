@@ -22,7 +22,8 @@ int main(int argc, char** argv) {
   for (const multipack::batch_view<>& batch :
        dataset | multipack::views::pack({.capacity = 2048}) |
            multipack::views::shard({.world_size = 1, .micro_batch = 8}, 0) | multipack::views::prefetch({}) |
-           multipack::views::to_device(stream ? stream->get() : nullptr, {.host_fallback = true}))
+           multipack::views::to_device(stream ? multipack::cuda::stream_ref(*stream) : multipack::cuda::stream_ref::default_stream(),
+                                       {.host_fallback = true}))
     tokens += batch.real_tokens;
   if (stream) stream->synchronize();
   std::printf("multipack::cuda consumer (%s): %llu of %llu tokens\n",

@@ -24,4 +24,8 @@ cuda_call_counts cuda_calls();
 /// not from pinned memory. Always 0 with the real runtime (which would fault instead).
 std::int64_t cuda_violations();
 
+/// The simulated runtime only: makes the next cudaStreamDestroy, cudaEventDestroy or cudaFree
+/// fail (after it has freed), as a lost context would.
+void fail_next_release();
+
 }  // namespace multipack::test

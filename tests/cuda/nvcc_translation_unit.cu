@@ -49,7 +49,7 @@ int main(int argc, char** argv) {
   std::uint64_t host_sum = 0;
   auto batches = dataset | multipack::views::pack({.capacity = 2048}) |
                  multipack::views::shard({.world_size = 1, .micro_batch = 4}, 0) | multipack::views::prefetch({}) |
-                 multipack::views::to_device(device ? stream->get() : nullptr, {.host_fallback = true});
+                 multipack::views::to_device(device ? multipack::cuda::stream_ref(*stream) : multipack::cuda::stream_ref::default_stream(), {.host_fallback = true});
   for (const multipack::batch_view<>& batch : batches) {
     if (device) {
       sum_tokens<<<64, 256, 0, stream->get()>>>(batch.input_ids.data(), batch.flat_length(), sum);

@@ -9,7 +9,13 @@
 //    a buffer overwritten too early would be caught;
 //  - host-to-device copies must come from cudaHostAlloc memory and land inside a cudaMalloc
 //    block, or they count as violations (the real runtime would serialize or fault).
-// MULTIPACK_SIMULATED_DEVICES=0 makes it a machine without a driver (error 35 everywhere).
+// MULTIPACK_SIMULATED_DEVICES=0 makes it a machine without a driver (error 35 everywhere);
+// N > 1 gives N devices. Each thread has its current device (cudaSetDevice); streams, events
+// and device memory belong to the device current when they were made, and recording,
+// synchronizing or destroying one with another device current counts as a violation (the
+// real runtime refuses a record across devices). A failed call is the thread's last error
+// until cudaGetLastError clears it. multipack::test::fail_next_release() makes the next
+// cudaStreamDestroy, cudaEventDestroy or cudaFree fail (after freeing), as a lost context would.
 
 #include <cuda_runtime_api.h>
 
@@ -27,12 +33,14 @@
 #include <new>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "cuda_calls.hpp"
 
 using clock_type = std::chrono::steady_clock;
 
 struct CUstream_st {
+  int device = 0;
   std::mutex mutex;
   std::condition_variable changed;
   std::deque<std::function<void()>> operations;
@@ -89,6 +97,7 @@ struct CUstream_st {
 };
 
 struct CUevent_st {
+  int device = 0;
   std::mutex mutex;
   std::condition_variable changed;
   std::uint64_t recorded = 0;   // records made
@@ -119,6 +128,8 @@ struct state {
   std::mutex mutex;
   std::map<const std::byte*, std::size_t> pinned;  // start -> bytes
   std::map<const std::byte*, std::size_t> device;
+  std::map<const std::byte*, int> device_of;  // device memory -> its device
+  std::atomic<bool> fail_next_release{false};
   std::atomic<std::int64_t> host_allocations{0}, host_frees{0}, device_allocations{0}, device_frees{0},
       synchronous_copies{0}, async_copies{0}, violations{0};
   int devices = [] {
@@ -133,6 +144,25 @@ state& simulated() {
 }
 
 bool no_driver() { return simulated().devices <= 0; }
+
+thread_local int current_device = 0;
+thread_local cudaError_t last_error = cudaSuccess;
+
+/// Returns `error`, which becomes the thread's last error unless it is cudaSuccess.
+cudaError_t fail(cudaError_t error) {
+  if (error != cudaSuccess) last_error = error;
+  return error;
+}
+
+/// A stream, event or block of `device` used with the current device: a violation if they differ.
+void check_device(int device) {
+  if (device != current_device) ++simulated().violations;
+}
+
+/// cudaSuccess, or the injected failure of a release (see fail_next_release).
+cudaError_t release_result() {
+  return fail(simulated().fail_next_release.exchange(false) ? cudaErrorInvalidResourceHandle : cudaSuccess);
+}
 
 /// Whether [p, p + bytes) lies inside one block of `blocks`.
 bool inside(const std::map<const std::byte*, std::size_t>& blocks, const void* p, std::size_t bytes) {
@@ -156,6 +186,7 @@ cuda_call_counts cuda_calls() {
           s.device_frees.load(),     s.synchronous_copies.load(), s.async_copies.load()};
 }
 std::int64_t cuda_violations() { return simulated().violations.load(); }
+void fail_next_release() { simulated().fail_next_release.store(true); }
 }  // namespace multipack::test
 
 extern "C" {
@@ -188,15 +219,21 @@ const char* cudaGetErrorString(cudaError_t error) {
   }
 }
 
-cudaError_t cudaGetLastError(void) { return no_driver() ? cudaErrorInsufficientDriver : cudaSuccess; }
+cudaError_t cudaGetLastError(void) {
+  if (no_driver()) return cudaErrorInsufficientDriver;  // sticky: it never clears
+  return std::exchange(last_error, cudaSuccess);
+}
+cudaError_t cudaPeekAtLastError(void) { return no_driver() ? cudaErrorInsufficientDriver : last_error; }
 cudaError_t cudaGetDevice(int* device) {
   if (no_driver()) return cudaErrorInsufficientDriver;
-  *device = 0;
+  *device = current_device;
   return cudaSuccess;
 }
 cudaError_t cudaSetDevice(int device) {
   if (no_driver()) return cudaErrorInsufficientDriver;
-  return device == 0 ? cudaSuccess : cudaErrorInvalidDevice;
+  if (device < 0 || device >= simulated().devices) return fail(cudaErrorInvalidDevice);
+  current_device = device;
+  return cudaSuccess;
 }
 
 cudaError_t cudaHostAlloc(void** p, size_t size, unsigned int) {
@@ -223,12 +260,14 @@ cudaError_t cudaFreeHost(void* p) {
 
 cudaError_t cudaMalloc(void** p, size_t size) {
   if (no_driver()) return cudaErrorInsufficientDriver;
+  if (size >= (std::size_t{1} << 40)) return fail(cudaErrorMemoryAllocation);  // a terabyte: the device is full
   *p = ::operator new(size, std::align_val_t{256});
   std::memset(*p, 0xA5, size);  // device memory is not zeroed: make stale reads visible
   state& s = simulated();
   ++s.device_allocations;
   const std::lock_guard lock(s.mutex);
   s.device[static_cast<const std::byte*>(*p)] = size;
+  s.device_of[static_cast<const std::byte*>(*p)] = current_device;
   return cudaSuccess;
 }
 cudaError_t cudaFree(void* p) {
@@ -237,26 +276,31 @@ cudaError_t cudaFree(void* p) {
   state& s = simulated();
   {
     const std::lock_guard lock(s.mutex);
-    if (s.device.erase(static_cast<const std::byte*>(p)) == 0) return cudaErrorInvalidValue;
+    if (s.device.erase(static_cast<const std::byte*>(p)) == 0) return fail(cudaErrorInvalidValue);
+    check_device(s.device_of[static_cast<const std::byte*>(p)]);
+    s.device_of.erase(static_cast<const std::byte*>(p));
   }
   ++s.device_frees;
   ::operator delete(p, std::align_val_t{256});
-  return cudaSuccess;
+  return release_result();
 }
 
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int) {
   if (no_driver()) return cudaErrorInsufficientDriver;
   *stream = new CUstream_st;
+  (*stream)->device = current_device;
   return cudaSuccess;
 }
 cudaError_t cudaStreamDestroy(cudaStream_t stream) {
-  if (stream == nullptr) return cudaErrorInvalidResourceHandle;
+  if (stream == nullptr) return fail(cudaErrorInvalidResourceHandle);
+  check_device(stream->device);
   stream->stop();
   delete stream;
-  return cudaSuccess;
+  return release_result();
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
   if (stream == nullptr) return cudaSuccess;  // the default stream runs everything at once here
+  check_device(stream->device);
   stream->synchronize();
   return cudaSuccess;
 }
@@ -270,13 +314,17 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int flags) {
   if (no_driver()) return cudaErrorInsufficientDriver;
   *event = new CUevent_st;
   (*event)->timing = (flags & cudaEventDisableTiming) == 0;
+  (*event)->device = current_device;
   return cudaSuccess;
 }
 cudaError_t cudaEventDestroy(cudaEvent_t event) {
+  check_device(event->device);
   delete event;
-  return cudaSuccess;
+  return release_result();
 }
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
+  check_device(event->device);
+  if (stream != nullptr && stream->device != event->device) ++simulated().violations;
   std::uint64_t record = 0;
   {
     const std::lock_guard lock(event->mutex);

@@ -364,11 +364,11 @@ TEST_SUITE("no_device") {
     REQUIRE_FALSE(cuda::device_available());
     const auto dataset = alpaca();
     auto steps = *dataset | views::pack({2048}) | views::shard({1, 4}, 0);
-    auto staged = steps | views::prefetch() | std::views::take(3) | views::to_device(nullptr);
+    auto staged = steps | views::prefetch() | std::views::take(3) | views::to_device(cuda::stream_ref::default_stream());
     CHECK(test::contains(test::message_of<cuda_error>([&] { (void)staged.begin(); }), "no CUDA device to stage"));
     std::vector<std::vector<std::int64_t>> host, fallback;
     for (const auto& b : steps | views::prefetch() | std::views::take(3)) host.push_back(test::contents(b));
-    for (const auto& b : steps | views::prefetch() | std::views::take(3) | views::to_device(nullptr, {3, true, false}))
+    for (const auto& b : steps | views::prefetch() | std::views::take(3) | views::to_device(cuda::stream_ref::default_stream(), {3, true, false}))
       fallback.push_back(test::contents(b));
     CHECK(fallback == host);
   }
@@ -390,7 +390,7 @@ TEST_SUITE("no_device") {
     std::uint64_t step = 0;
     while (auto batch = loader.next()) {
       CHECK_FALSE(batch->on_device());
-      batch->wait(nullptr);  // nothing to wait for
+      batch->wait(cuda::stream_ref::default_stream());  // nothing to wait for
       REQUIRE(batch->step() == step);
       REQUIRE(test::contents(batch->view()) == test::reference<std::int32_t>(*dataset, *plan, step, 1, options));
       ++step;

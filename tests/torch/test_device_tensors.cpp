@@ -73,7 +73,7 @@ TEST_SUITE("no_device") {
       REQUIRE(batch);
       REQUIRE(!batch->on_device());
       const auto* ids = batch->view().input_ids.data();
-      kept = multipack::torch::to_tensors(std::move(*batch), nullptr);
+      kept = multipack::torch::to_tensors(std::move(*batch), multipack::cuda::stream_ref::default_stream());
       CHECK(kept->input_ids.device().is_cpu());
       CHECK(kept->input_ids.data_ptr() == ids);
     }

@@ -37,7 +37,10 @@ class batch_stager {
   /// for bad options.
   explicit batch_stager(const device_options& device = {})
       : options_((validate(device), device)), on_device_(checked_device(device)) {
-    if (on_device_) copy_.emplace(cudaStreamNonBlocking);
+    if (on_device_) {
+      device_ = detail::current_device();
+      copy_.emplace(cudaStreamNonBlocking);
+    }
   }
   batch_stager(const batch_stager&) = delete;
   batch_stager& operator=(const batch_stager&) = delete;
@@ -47,7 +50,8 @@ class batch_stager {
   /// held, when the last of them goes. Never throws.
   ~batch_stager() {
     if (!on_device_) return;
-    static_cast<void>(cudaStreamSynchronize(copy_->get()));
+    const detail::device_scope on(device_);
+    multipack::detail::note_destructor_result(cudaStreamSynchronize(copy_->get()), "cudaStreamSynchronize");
     for (pinned_buffer& b : buffers_) pinned_.deallocate(b.block.data(), b.block.size(), 256);
   }
 
@@ -68,6 +72,7 @@ class batch_stager {
       throw option_error("views::to_device: batch " + std::to_string(step) +
                          " has another layout than the first batch's (micro_batch, capacity, pad_to_multiple and "
                          "pieces per row must stay the same: the device buffers are sized by the first)");
+    const detail::device_scope on(device_);
     detail::device_ring::claim claimed = ring_->claim_slot("views::to_device");
     detail::device_slot& slot = claimed.slot();
 
@@ -136,6 +141,7 @@ class batch_stager {
 
   device_options options_;
   bool on_device_;
+  int device_ = 0;  // current at construction: made current again wherever the stager calls CUDA
   pinned_memory_resource pinned_;  // outlives the buffers
   std::optional<stream> copy_;
   std::optional<batch_layout> layout_;

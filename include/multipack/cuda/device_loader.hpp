@@ -104,7 +104,7 @@ struct device_slot {
 /// called from any thread (a batch may be released anywhere); the rest is for the consumer.
 class device_ring {
  public:
-  device_ring(std::size_t slots, std::size_t bytes, bool timing) {
+  device_ring(std::size_t slots, std::size_t bytes, bool timing) : device_(current_device()) {
     slots_.reserve(slots);
     free_.reserve(slots);
     for (std::size_t i = 0; i < slots; ++i) {
@@ -119,7 +119,10 @@ class device_ring {
   device_ring& operator=(const device_ring&) = delete;
   /// Waits for the consumer work before every recorded release, then frees the buffers.
   /// Shared by the loader and its batches: the last of them to go frees it. Never throws.
-  ~device_ring() { wait_for_releases(); }
+  ~device_ring() {
+    const device_scope on(device_);
+    wait_for_releases();
+  }
 
   [[nodiscard]] std::size_t size() const noexcept { return slots_.size(); }
   [[nodiscard]] device_slot& operator[](std::size_t i) noexcept { return slots_[i]; }
@@ -140,6 +143,7 @@ class device_ring {
     device_slot& s = slots_[i];
     cudaError_t result = cudaSuccess;
     if (consumer) {
+      const device_scope on(device_);
       result = cudaEventRecord(s.released.get(), *consumer);
       s.release_recorded = result == cudaSuccess;
       s.release_error = result;
@@ -190,10 +194,12 @@ class device_ring {
   /// memory is freed). Never throws.
   void wait_for_releases() noexcept {
     for (device_slot& s : slots_)
-      if (s.release_recorded) static_cast<void>(cudaEventSynchronize(s.released.get()));
+      if (s.release_recorded)
+        multipack::detail::note_destructor_result(cudaEventSynchronize(s.released.get()), "cudaEventSynchronize");
   }
 
  private:
+  int device_;  // current at construction; the slots' memory and events are on it
   std::vector<device_slot> slots_;
   std::mutex mutex_;
   std::vector<std::size_t> free_;
@@ -274,23 +280,23 @@ class device_batch {
   /// Makes `consumer` wait, on the device, for the batch's copy: queue work that reads
   /// view() on `consumer` after this. The host never blocks. Remembers `consumer` for
   /// release(). Throws cuda_error. Cost: one cudaStreamWaitEvent; nothing on the host fallback.
-  void wait(cudaStream_t consumer) {
+  void wait(stream_ref consumer) {
     if (ring_ == nullptr) return;
-    MULTIPACK_CUDA_CHECK(cudaStreamWaitEvent(consumer, ready_, 0));
-    waited_on_ = consumer;
+    MULTIPACK_CUDA_CHECK(cudaStreamWaitEvent(consumer.get(), ready_, 0));
+    waited_on_ = consumer.get();
   }
 
   /// Gives the device buffer back. The work queued on `consumer` so far is taken to be the
   /// last to read it: an event recorded there must pass before the buffer is overwritten.
   /// Never blocks. Throws cuda_error when the event cannot be recorded (the buffer is given
   /// back all the same, and the loader reports the error at its reuse). Idempotent.
-  void release(cudaStream_t consumer) {
+  void release(stream_ref consumer) {
     if (ring_ == nullptr) {
       host_.reset();
       return;
     }
     const auto ring = std::exchange(ring_, nullptr);
-    const cudaError_t result = ring->give_back(slot_, consumer);
+    const cudaError_t result = ring->give_back(slot_, consumer.get());
     waited_on_.reset();
     MULTIPACK_CUDA_CHECK(result);
   }
@@ -346,6 +352,7 @@ class device_loader {
                 std::uint64_t start_step = 0)
       : options_((validate(prefetch), validate(device), device)),
         on_device_(checked_device(device)),
+        device_(on_device_ ? detail::current_device() : 0),
         copy_(make_copy_stream()),
         ring_(make_ring(plan ? layout_of(*plan, options) : throw option_error("device_loader: no plan"))),
         pending_(make_pending(on_device_ ? prefetch.depth + device.batches_in_flight : 0)),
@@ -359,6 +366,7 @@ class device_loader {
                 const device_options& device = {})
       : options_((validate(prefetch), validate(device), device)),
         on_device_(checked_device(device)),
+        device_(on_device_ ? detail::current_device() : 0),
         copy_(make_copy_stream()),
         ring_(make_ring(dataset ? checked_layout_of(*dataset, steps, options.capacity, options.pad_to_multiple)
                                 : throw option_error("device_loader: no dataset"))),
@@ -373,7 +381,8 @@ class device_loader {
   /// batches are still held, when the last of them goes. Never throws.
   ~device_loader() {
     if (!on_device_) return;
-    static_cast<void>(cudaStreamSynchronize(copy_->get()));
+    const detail::device_scope on(device_);
+    multipack::detail::note_destructor_result(cudaStreamSynchronize(copy_->get()), "cudaStreamSynchronize");
     for (pending_copy& p : pending_) p.lease.reset();
   }
 
@@ -390,6 +399,7 @@ class device_loader {
       if (!host) return std::nullopt;
       return batch(std::move(*host));
     }
+    const detail::device_scope on(device_);
     detail::device_ring::claim claimed = ring_->claim_slot("device_loader");
     detail::device_slot& slot = claimed.slot();
 
@@ -523,6 +533,7 @@ class device_loader {
 
   device_options options_;
   bool on_device_;
+  int device_;  // current at construction: made current again wherever the loader calls CUDA
   std::unique_ptr<pinned_memory_resource> pinned_;  // outlives the loader's buffers
   std::optional<stream> copy_;
   std::shared_ptr<detail::device_ring> ring_;  // shared with the batches handed out

@@ -8,6 +8,10 @@
 
 #include <cuda_runtime_api.h>
 
+#include <atomic>
+#include <cassert>
+#include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "multipack/core/error.hpp"
@@ -27,11 +31,29 @@ class cuda_error : public error {
 
 namespace detail {
 
-/// Throws cuda_error for anything but cudaSuccess. O(1).
+/// Throws cuda_error for anything but cudaSuccess, after clearing the runtime's last error:
+/// a non-sticky error (a failed allocation, a bad argument) would otherwise be returned again
+/// by the next unrelated call that checks cudaGetLastError (a kernel launch's check, say).
+/// A sticky error (the context is lost) stays whatever is done. O(1).
 inline void check_cuda(cudaError_t code, const char* call, const char* file, int line) {
   if (code == cudaSuccess) return;
+  static_cast<void>(cudaGetLastError());
   throw cuda_error(code, std::string(call) + " failed: " + cudaGetErrorName(code) + " (" + cudaGetErrorString(code) +
                              ") at " + file + ":" + std::to_string(line));
+}
+
+/// CUDA calls that failed in destructors, which cannot throw: counted (cuda::destructor_errors()
+/// reads the count) and, in debug builds (without NDEBUG), asserted, so that a failure to free
+/// is seen where it happens rather than lost. The runtime's last error is cleared.
+inline std::atomic<std::uint64_t>& destructor_error_count() noexcept {
+  static std::atomic<std::uint64_t> count{0};
+  return count;
+}
+inline void note_destructor_result(cudaError_t code, [[maybe_unused]] const char* call) noexcept {
+  if (code == cudaSuccess) return;
+  static_cast<void>(cudaGetLastError());
+  destructor_error_count().fetch_add(1, std::memory_order_relaxed);
+  assert(code == cudaSuccess && "a CUDA call in a destructor failed (see multipack::cuda::destructor_errors)");
 }
 
 }  // namespace detail
@@ -72,6 +94,38 @@ inline const device_probe& probe_devices() noexcept {
 
 /// Whether a CUDA device can be used: device_count() > 0. Same cost and guarantees.
 [[nodiscard]] inline bool device_available() noexcept { return device_count() > 0; }
+
+/// CUDA calls that failed in multipack's destructors so far in this process (freeing memory,
+/// destroying a stream or an event, waiting for a release before freeing): such a failure
+/// cannot be thrown, so it is counted here (and asserted in debug builds). Thread-safe, O(1).
+[[nodiscard]] inline std::uint64_t destructor_errors() noexcept {
+  return multipack::detail::destructor_error_count().load(std::memory_order_relaxed);
+}
+
+/// A stream to queue work on, by reference (CCCL's cuda::stream_ref is the model): made from a
+/// cudaStream_t or a cuda::stream, never from 0 or nullptr, which would silently mean the
+/// legacy default stream (it synchronizes with every other blocking stream). Say that stream
+/// explicitly: stream_ref::default_stream(). Trivially copyable; never owns.
+class stream_ref {
+ public:
+  /// A stream the caller created (cudaStreamCreate*). Implicit, as CCCL's is.
+  constexpr stream_ref(cudaStream_t stream) noexcept : handle_(stream) {}  // NOLINT(google-explicit-constructor)
+  /// 0 or NULL: does not compile; say stream_ref::default_stream().
+  stream_ref(int) = delete;
+  /// nullptr: does not compile; say stream_ref::default_stream().
+  stream_ref(std::nullptr_t) = delete;
+
+  /// The legacy default stream, chosen on purpose.
+  [[nodiscard]] static constexpr stream_ref default_stream() noexcept { return stream_ref(detail_default{}); }
+
+  [[nodiscard]] constexpr cudaStream_t get() const noexcept { return handle_; }
+  [[nodiscard]] friend constexpr bool operator==(stream_ref a, stream_ref b) noexcept { return a.handle_ == b.handle_; }
+
+ private:
+  struct detail_default {};
+  constexpr explicit stream_ref(detail_default) noexcept : handle_(nullptr) {}
+  cudaStream_t handle_;
+};
 
 /// Why there is no device, for messages: "" when there is one, else the runtime's answer
 /// ("cudaErrorInsufficientDriver: CUDA driver version is insufficient ...", or "no device").

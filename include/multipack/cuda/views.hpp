@@ -5,7 +5,7 @@
 //                | multipack::views::pack({.capacity = 4096})
 //                | multipack::views::shard({.world_size = 8, .micro_batch = 16}, rank)
 //                | multipack::views::prefetch({.threads = 2, .depth = 8})
-//                | multipack::views::to_device(stream);     // cudaStream_t of the trainer
+//                | multipack::views::to_device(stream);     // the trainer's cudaStream_t or cuda::stream
 //   for (const multipack::batch_view<>& batch : batches) train(batch, stream);  // device spans
 //
 // At each batch, `stream` is made to wait for the batch's copy (on the device; the host does
@@ -40,7 +40,7 @@ class device_view : public std::ranges::view_interface<device_view<Steps, T>> {
   using samples_type = multipack::detail::samples_of_t<Steps>;
   struct state {
     prefetch_view<Steps, T> source;
-    cudaStream_t consumer = nullptr;
+    cuda::stream_ref consumer = cuda::stream_ref::default_stream();
     cuda::device_options device;
     std::optional<cuda::device_loader<samples_type, T>> loader;
     std::optional<cuda::device_batch<T>> current;  // last: released (on `consumer`) before the loader goes
@@ -59,7 +59,7 @@ class device_view : public std::ranges::view_interface<device_view<Steps, T>> {
   using iterator = multipack::detail::batch_iterator<state, batch_view<T>>;
 
   device_view() = default;
-  device_view(prefetch_view<Steps, T> source, cudaStream_t consumer, const cuda::device_options& device) {
+  device_view(prefetch_view<Steps, T> source, cuda::stream_ref consumer, const cuda::device_options& device) {
     cuda::validate(device);
     auto s = std::make_shared<state>();
     s->source = std::move(source);
@@ -97,11 +97,11 @@ class staged_device_view : public std::ranges::view_interface<staged_device_view
   struct state {
     Source source;
     std::optional<std::ranges::iterator_t<Source>> position;
-    cudaStream_t consumer = nullptr;
+    cuda::stream_ref consumer = cuda::stream_ref::default_stream();
     std::optional<cuda::batch_stager<T>> stager;
     std::optional<cuda::device_batch<T>> current;  // last: released (on `consumer`) before the stager goes
 
-    state(Source s, cudaStream_t c) : source(std::move(s)), consumer(c) {}
+    state(Source s, cuda::stream_ref c) : source(std::move(s)), consumer(c) {}
     [[nodiscard]] const batch_view<T>& batch() const { return current->view(); }
     [[nodiscard]] bool has_batch() const noexcept { return current.has_value(); }
     void take() {
@@ -121,7 +121,7 @@ class staged_device_view : public std::ranges::view_interface<staged_device_view
   using iterator = multipack::detail::batch_iterator<state, batch_view<T>>;
 
   staged_device_view() = default;
-  staged_device_view(Source source, cudaStream_t consumer, const cuda::device_options& device) : device_(device) {
+  staged_device_view(Source source, cuda::stream_ref consumer, const cuda::device_options& device) : device_(device) {
     cuda::validate(device);
     state_ = std::make_shared<state>(std::move(source), consumer);
   }
@@ -152,7 +152,9 @@ inline constexpr struct to_device_fn {
   /// ready on `stream` (the trainer's) and released on it when the loop moves on. A prefetch
   /// view's workers then collate straight into pinned memory (no host copy); any other input
   /// range of batch_view<T> is staged through a pinned pool (one host copy a batch).
-  [[nodiscard]] auto operator()(cudaStream_t stream, const cuda::device_options& device = {}) const {
+  /// The stream is a cuda::stream_ref: a cudaStream_t or a cuda::stream; 0 and nullptr do not
+  /// compile (say cuda::stream_ref::default_stream() for the legacy default stream).
+  [[nodiscard]] auto operator()(cuda::stream_ref stream, const cuda::device_options& device = {}) const {
     return multipack::detail::pipe_closure{[stream, device]<class R>(R&& source)
                                              requires std::ranges::input_range<std::remove_cvref_t<R>> &&
                                                       requires { typename multipack::detail::batch_token_of<std::ranges::range_value_t<R>>::type; }

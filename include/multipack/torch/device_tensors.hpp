@@ -34,7 +34,7 @@ namespace multipack::torch {
 /// pointer query), what torch::from_blob throws (no CUDA in libtorch); the batch is then
 /// released.
 template <batch_token T>
-[[nodiscard]] batch_tensors to_tensors(cuda::device_batch<T>&& batch, cudaStream_t consumer) {
+[[nodiscard]] batch_tensors to_tensors(cuda::device_batch<T>&& batch, cuda::stream_ref consumer) {
   auto owner = std::make_shared<cuda::device_batch<T>>(std::move(batch));
   owner->wait(consumer);
   ::torch::Device device = ::torch::kCPU;

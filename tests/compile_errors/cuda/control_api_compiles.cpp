@@ -1,0 +1,15 @@
+// expect: compiles
+// The control of the cases in this folder: each misuse's correct form compiles with the same
+// command.
+#include <multipack/cuda/views.hpp>
+
+void correct(multipack::cuda::device_batch<>& batch, cudaStream_t trainer, const multipack::cuda::stream& own) {
+  batch.wait(trainer);
+  batch.wait(own);
+  batch.wait(multipack::cuda::stream_ref::default_stream());
+  auto a = multipack::views::to_device(trainer);
+  auto b = multipack::views::to_device(own);
+  auto c = multipack::views::to_device(multipack::cuda::stream_ref::default_stream());
+  multipack::cuda::event timed(true), untimed;
+  (void)a; (void)b; (void)c;
+}
