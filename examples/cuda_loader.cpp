@@ -41,10 +41,10 @@ int main(int argc, char** argv) try {
   std::int32_t first_token = 0;
   while (auto batch = loader.next()) {
     batch->wait(trainer.get());  // the stream waits for the copy; the host goes on
-    const multipack::batch_view<>& b = batch->view();
-    // model.forward(b.input_ids.data(), b.position_ids.data(), b.cu_seqlens.data(), b.max_seqlen, trainer) ...
+    const multipack::cuda::device_batch_view<>& b = batch->view();  // device arrays: get() for kernels
+    // model.forward(b.input_ids.get(), b.position_ids.get(), b.cu_seqlens.get(), b.max_seqlen, trainer) ...
     if (batch->step() == 0)
-      MULTIPACK_CUDA_CHECK(cudaMemcpyAsync(&first_token, b.input_ids.data(), sizeof first_token, cudaMemcpyDeviceToHost,
+      MULTIPACK_CUDA_CHECK(cudaMemcpyAsync(&first_token, b.input_ids.get(), sizeof first_token, cudaMemcpyDeviceToHost,
                                            trainer.get()));
     tokens += b.real_tokens;
     batch->release(trainer.get());  // the buffer is reused once the work queued so far has run

@@ -92,9 +92,9 @@ struct load_totals {
   double epoch_switch_seconds = 0;  // stopping a loader, planning the next epoch, starting its loader
   std::uint64_t rss_before_first_batch_bytes = 0;  // the pipeline built, its loader started
 
-  /// Counts one batch handed to the trainer.
-  template <batch_token T>
-  void add_batch(const batch_view<T>& v) {
+  /// Counts one batch handed to the trainer (a batch_view, or a device_batch_view).
+  template <class View>
+  void add_batch(const View& v) {
     ++batches;
     tokens += v.flat_length();
     real_tokens += v.real_tokens;

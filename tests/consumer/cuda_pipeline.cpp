@@ -19,7 +19,7 @@ int main(int argc, char** argv) {
   std::optional<multipack::cuda::stream> stream;
   if (multipack::cuda::device_available()) stream.emplace();
   std::uint64_t tokens = 0;
-  for (const multipack::batch_view<>& batch :
+  for (const multipack::cuda::device_batch_view<>& batch :
        dataset | multipack::views::pack({.capacity = 2048}) |
            multipack::views::shard({.world_size = 1, .micro_batch = 8}, 0) | multipack::views::prefetch({}) |
            multipack::views::to_device(stream ? multipack::cuda::stream_ref(*stream) : multipack::cuda::stream_ref::default_stream(),

@@ -50,12 +50,12 @@ int main(int argc, char** argv) {
   auto batches = dataset | multipack::views::pack({.capacity = 2048}) |
                  multipack::views::shard({.world_size = 1, .micro_batch = 4}, 0) | multipack::views::prefetch({}) |
                  multipack::views::to_device(device ? multipack::cuda::stream_ref(*stream) : multipack::cuda::stream_ref::default_stream(), {.host_fallback = true});
-  for (const multipack::batch_view<>& batch : batches) {
+  for (const multipack::cuda::device_batch_view<>& batch : batches) {
     if (device) {
-      sum_tokens<<<64, 256, 0, stream->get()>>>(batch.input_ids.data(), batch.flat_length(), sum);
+      sum_tokens<<<64, 256, 0, stream->get()>>>(batch.input_ids.get(), batch.flat_length(), sum);
       MULTIPACK_CUDA_CHECK(cudaGetLastError());
     } else {
-      for (const std::int32_t t : batch.used_input_ids()) host_sum += static_cast<std::uint64_t>(t);
+      for (const std::int32_t t : batch.host().used_input_ids()) host_sum += static_cast<std::uint64_t>(t);
     }
   }
   if (device) {

@@ -68,21 +68,27 @@ class read_back {
   ~read_back() { memory_.deallocate(block_, stride_ * steps_, 256); }
 
   /// Queues on `stream`: the stand-in step, then the copy of the batch's used arrays.
-  void enqueue(std::uint64_t step, const batch_view<T>& device, cudaStream_t stream) {
+  void enqueue(std::uint64_t step, const cuda::device_batch_view<T>& device, cudaStream_t stream) {
     MULTIPACK_CUDA_CHECK(cudaLaunchHostFunc(stream, &train_for_a_while, nullptr));
     batch_view<T> host = batch_view<T>::over_bytes(
         layout_, {static_cast<std::byte*>(block_) + step * stride_, static_cast<std::size_t>(stride_)});
-    const std::span<T> from[] = {device.used_input_ids(), device.used_labels(), device.used_position_ids(),
-                                 device.used_sequence_ids()};
+    const cuda::device_array<T> from[] = {device.used_input_ids(), device.used_labels(), device.used_position_ids(),
+                                          device.used_sequence_ids()};
     const std::span<T> to[] = {host.input_ids, host.labels, host.position_ids, host.sequence_ids};
     for (std::size_t a = 0; a < 4; ++a)
       if (!from[a].empty())
         MULTIPACK_CUDA_CHECK(
-            cudaMemcpyAsync(to[a].data(), from[a].data(), from[a].size_bytes(), cudaMemcpyDeviceToHost, stream));
+            cudaMemcpyAsync(to[a].data(), from[a].get(), from[a].size_bytes(), cudaMemcpyDeviceToHost, stream));
     const auto cu = device.used_cu_seqlens();
     if (!cu.empty())
-      MULTIPACK_CUDA_CHECK(cudaMemcpyAsync(host.cu_seqlens.data(), cu.data(), cu.size_bytes(), cudaMemcpyDeviceToHost, stream));
-    host.copy_results_from(device);
+      MULTIPACK_CUDA_CHECK(cudaMemcpyAsync(host.cu_seqlens.data(), cu.get(), cu.size_bytes(), cudaMemcpyDeviceToHost, stream));
+    host.rows = device.rows;
+    host.row_length = device.row_length;
+    host.segments = device.segments;
+    host.max_seqlen = device.max_seqlen;
+    host.padding_rows = device.padding_rows;
+    host.real_tokens = device.real_tokens;
+    host.loss_tokens = device.loss_tokens;
     views_[step] = host;
   }
 
@@ -282,7 +288,7 @@ TEST_SUITE("device") {
     auto device = indexed_dataset(test::alpaca_prefix()) | views::pack({2048, packing_algorithm::randomized_exact_fit, overlong_policy::drop, 0, 7}) |
                   views::shard({1, 4, 7, 0}, 0) | views::prefetch({2, 2}) | views::to_device(trainer.get(), {2, false, true});
     static_assert(std::ranges::input_range<decltype(device)>);
-    for (const batch_view<>& batch : device) {
+    for (const cuda::device_batch_view<>& batch : device) {
       tokens += batch.real_tokens;
       ++batches;
       CHECK(cudaLaunchHostFunc(trainer.get(), &train_for_a_while, nullptr) == cudaSuccess);
@@ -318,7 +324,7 @@ TEST_SUITE("device") {
     std::uint64_t got = 0;
     {
       auto device = chosen | views::prefetch({2, 3}, options) | views::to_device(trainer.get(), {2, false, false});
-      for (const batch_view<>& batch : device) results.enqueue(got++, batch, trainer.get());
+      for (const cuda::device_batch_view<>& batch : device) results.enqueue(got++, batch, trainer.get());
       MULTIPACK_CUDA_CHECK(cudaStreamSynchronize(trainer.get()));
     }
     REQUIRE(got == n);
@@ -344,7 +350,7 @@ TEST_SUITE("device") {
         // take(n) over a prefetch view is not a prefetch view: the stager copies each batch.
         auto device = steps | views::prefetch({2, 3}, options) | std::views::take(n) |
                       views::to_device(trainer.get(), {in_flight, false, false});
-        for (const batch_view<>& batch : device) results.enqueue(got++, batch, trainer.get());
+        for (const cuda::device_batch_view<>& batch : device) results.enqueue(got++, batch, trainer.get());
         MULTIPACK_CUDA_CHECK(cudaStreamSynchronize(trainer.get()));
         CHECK(device.statistics().copies == n);
       }
@@ -369,7 +375,7 @@ TEST_SUITE("no_device") {
     std::vector<std::vector<std::int64_t>> host, fallback;
     for (const auto& b : steps | views::prefetch() | std::views::take(3)) host.push_back(test::contents(b));
     for (const auto& b : steps | views::prefetch() | std::views::take(3) | views::to_device(cuda::stream_ref::default_stream(), {3, true, false}))
-      fallback.push_back(test::contents(b));
+      fallback.push_back(test::contents(b.host()));
     CHECK(fallback == host);
   }
 
@@ -392,7 +398,7 @@ TEST_SUITE("no_device") {
       CHECK_FALSE(batch->on_device());
       batch->wait(cuda::stream_ref::default_stream());  // nothing to wait for
       REQUIRE(batch->step() == step);
-      REQUIRE(test::contents(batch->view()) == test::reference<std::int32_t>(*dataset, *plan, step, 1, options));
+      REQUIRE(test::contents(batch->view().host()) == test::reference<std::int32_t>(*dataset, *plan, step, 1, options));
       ++step;
     }
     CHECK(step == plan->schedule.steps());

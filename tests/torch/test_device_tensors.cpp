@@ -41,7 +41,7 @@ TEST_SUITE("device") {
     if (::torch::cuda::is_available()) {
       auto batch = loader.next();
       REQUIRE(batch);
-      const auto* ids = batch->view().input_ids.data();
+      const auto* ids = batch->view().input_ids.get();
       const std::uint32_t rows = batch->view().rows, length = batch->view().row_length;
       const auto t = multipack::torch::to_tensors(std::move(*batch), trainer.get());
       CHECK(t.input_ids.is_cuda());
@@ -72,7 +72,7 @@ TEST_SUITE("no_device") {
       auto batch = loader.next();
       REQUIRE(batch);
       REQUIRE(!batch->on_device());
-      const auto* ids = batch->view().input_ids.data();
+      const auto* ids = batch->view().input_ids.get();
       kept = multipack::torch::to_tensors(std::move(*batch), multipack::cuda::stream_ref::default_stream());
       CHECK(kept->input_ids.device().is_cpu());
       CHECK(kept->input_ids.data_ptr() == ids);

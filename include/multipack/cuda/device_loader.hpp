@@ -44,6 +44,7 @@
 #include "multipack/batch/layout.hpp"
 #include "multipack/core/concepts.hpp"
 #include "multipack/core/error.hpp"
+#include "multipack/cuda/device_batch_view.hpp"
 #include "multipack/cuda/error.hpp"
 #include "multipack/cuda/resources.hpp"
 #include "multipack/pipeline/batch_loader.hpp"
@@ -265,10 +266,11 @@ class device_batch {
   device_batch& operator=(const device_batch&) = delete;
   ~device_batch() { release(); }
 
-  /// The batch: its arrays in device memory (host memory when !on_device()), and the counts
-  /// collate found (max_seqlen, real_tokens...), readable on the host. Do not dereference
-  /// the spans on the host when on_device().
-  [[nodiscard]] const batch_view<T>& view() const noexcept { return view_; }
+  /// The batch: its arrays in device memory as device_arrays (the host cannot dereference
+  /// them; get() is the pointer for kernels), and the counts collate found (max_seqlen,
+  /// real_tokens...), readable on the host. On the host fallback, view().host() is the host
+  /// batch.
+  [[nodiscard]] const device_batch_view<T>& view() const noexcept { return view_; }
   [[nodiscard]] std::uint64_t step() const noexcept { return step_; }
   [[nodiscard]] std::uint32_t rank() const noexcept { return rank_; }
   [[nodiscard]] bool on_device() const noexcept { return ring_ != nullptr; }
@@ -317,15 +319,21 @@ class device_batch {
 
   device_batch(std::shared_ptr<detail::device_ring> ring, std::size_t slot, const batch_view<T>& view,
                std::uint64_t step, std::uint32_t rank, cudaEvent_t ready) noexcept
-      : ring_(std::move(ring)), slot_(slot), view_(view), step_(step), rank_(rank), ready_(ready) {}
+      : ring_(std::move(ring)),
+        slot_(slot),
+        view_(device_batch_view<T>::over(view, true)),
+        step_(step),
+        rank_(rank),
+        ready_(ready) {}
   explicit device_batch(host_lease host) noexcept
-      : view_(host->view), step_(host->step), rank_(host->rank), host_(std::move(host)) {}
+      : view_(device_batch_view<T>::over(host->view, false)), step_(host->step), rank_(host->rank), host_(std::move(host)) {}
   // The stager's host fallback: the caller's host batch, as it is.
-  device_batch(const batch_view<T>& host, std::uint64_t step) noexcept : view_(host), step_(step) {}
+  device_batch(const batch_view<T>& host, std::uint64_t step) noexcept
+      : view_(device_batch_view<T>::over(host, false)), step_(step) {}
 
   std::shared_ptr<detail::device_ring> ring_;
   std::size_t slot_ = 0;
-  batch_view<T> view_;
+  device_batch_view<T> view_;
   std::uint64_t step_ = 0;
   std::uint32_t rank_ = 0;
   cudaEvent_t ready_ = nullptr;

@@ -6,7 +6,8 @@
 //                | multipack::views::shard({.world_size = 8, .micro_batch = 16}, rank)
 //                | multipack::views::prefetch({.threads = 2, .depth = 8})
 //                | multipack::views::to_device(stream);     // the trainer's cudaStream_t or cuda::stream
-//   for (const multipack::batch_view<>& batch : batches) train(batch, stream);  // device spans
+//   for (const multipack::cuda::device_batch_view<>& batch : batches)  // device arrays
+//     train(batch.input_ids.get(), batch.labels.get(), batch.cu_seqlens.get(), stream);
 //
 // At each batch, `stream` is made to wait for the batch's copy (on the device; the host does
 // not block); advancing the loop releases the batch on `stream` (its buffer is overwritten
@@ -31,7 +32,7 @@
 
 namespace multipack::views {
 
-/// The batches of a prefetch_view, copied to the device: an input view of batch_view<T>
+/// The batches of a prefetch_view, copied to the device: an input view of device_batch_view<T>
 /// whose spans are device memory (host memory on the host fallback). Its loader is built from
 /// the prefetch view's own steps (whatever views the user put before it) and options, so the
 /// workers collate straight into pinned memory: no host copy between the two.
@@ -45,7 +46,7 @@ class device_view : public std::ranges::view_interface<device_view<Steps, T>> {
     std::optional<cuda::device_loader<samples_type, T>> loader;
     std::optional<cuda::device_batch<T>> current;  // last: released (on `consumer`) before the loader goes
 
-    [[nodiscard]] const batch_view<T>& batch() const { return current->view(); }
+    [[nodiscard]] const cuda::device_batch_view<T>& batch() const { return current->view(); }
     [[nodiscard]] bool has_batch() const noexcept { return current.has_value(); }
     void advance() {
       if (current) current->release(consumer);
@@ -56,7 +57,7 @@ class device_view : public std::ranges::view_interface<device_view<Steps, T>> {
   };
 
  public:
-  using iterator = multipack::detail::batch_iterator<state, batch_view<T>>;
+  using iterator = multipack::detail::batch_iterator<state, cuda::device_batch_view<T>>;
 
   device_view() = default;
   device_view(prefetch_view<Steps, T> source, cuda::stream_ref consumer, const cuda::device_options& device) {
@@ -102,7 +103,7 @@ class staged_device_view : public std::ranges::view_interface<staged_device_view
     std::optional<cuda::device_batch<T>> current;  // last: released (on `consumer`) before the stager goes
 
     state(Source s, cuda::stream_ref c) : source(std::move(s)), consumer(c) {}
-    [[nodiscard]] const batch_view<T>& batch() const { return current->view(); }
+    [[nodiscard]] const cuda::device_batch_view<T>& batch() const { return current->view(); }
     [[nodiscard]] bool has_batch() const noexcept { return current.has_value(); }
     void take() {
       if (*position == std::ranges::end(source)) return;
@@ -118,7 +119,7 @@ class staged_device_view : public std::ranges::view_interface<staged_device_view
   };
 
  public:
-  using iterator = multipack::detail::batch_iterator<state, batch_view<T>>;
+  using iterator = multipack::detail::batch_iterator<state, cuda::device_batch_view<T>>;
 
   staged_device_view() = default;
   staged_device_view(Source source, cuda::stream_ref consumer, const cuda::device_options& device) : device_(device) {

@@ -40,7 +40,7 @@ template <batch_token T>
   ::torch::Device device = ::torch::kCPU;
   if (owner->on_device()) {
     cudaPointerAttributes attributes{};
-    MULTIPACK_CUDA_CHECK(cudaPointerGetAttributes(&attributes, owner->view().input_ids.data()));
+    MULTIPACK_CUDA_CHECK(cudaPointerGetAttributes(&attributes, owner->view().input_ids.get()));
     device = ::torch::Device(::torch::kCUDA, static_cast<::torch::DeviceIndex>(attributes.device));
   }
   return detail::tensors_over(owner->view(), owner, device, owner->step(), owner->rank());

@@ -53,10 +53,18 @@ namespace detail {
 template <batch_token T>
 inline constexpr ::torch::ScalarType scalar_type_of = std::is_same_v<T, std::int64_t> ? ::torch::kInt64 : ::torch::kInt32;
 
-/// The tensors over `view`'s used arrays on `device`. Every tensor holds a copy of `owner`
-/// (null: nobody's), so the last one to die releases it. O(1), no copy of the arrays.
-template <batch_token T>
-[[nodiscard]] batch_tensors tensors_over(const batch_view<T>& view, const std::shared_ptr<void>& owner,
+/// An array's first element: a span's data(), or a `cuda/` device_array's get().
+template <class Array>
+[[nodiscard]] void* array_pointer(const Array& array) noexcept {
+  if constexpr (requires { array.get(); }) return array.get();
+  else return array.data();
+}
+
+/// The tensors over `view`'s used arrays on `device` (a batch_view, or the `cuda/` layer's
+/// device_batch_view). Every tensor holds a copy of `owner` (null: nobody's), so the last one
+/// to die releases it. O(1), no copy of the arrays.
+template <class View, batch_token T = typename View::token_type>
+[[nodiscard]] batch_tensors tensors_over(const View& view, const std::shared_ptr<void>& owner,
                                          ::torch::Device device, std::uint64_t step, std::uint32_t rank) {
   const auto tokens = ::torch::TensorOptions().dtype(scalar_type_of<T>).device(device);
   const auto offsets = ::torch::TensorOptions().dtype(::torch::kInt32).device(device);
@@ -66,11 +74,11 @@ template <batch_token T>
     return ::torch::from_blob(data, sizes, [owner](void*) {}, options);
   };
   batch_tensors t;
-  t.input_ids = over(view.input_ids.data(), {rows, length}, tokens);
-  t.labels = over(view.labels.data(), {rows, length}, tokens);
-  t.position_ids = over(view.position_ids.data(), {rows, length}, tokens);
-  t.sequence_ids = over(view.sequence_ids.data(), {rows, length}, tokens);
-  t.cu_seqlens = over(view.cu_seqlens.data(), {static_cast<std::int64_t>(view.used_cu_seqlens().size())}, offsets);
+  t.input_ids = over(array_pointer(view.input_ids), {rows, length}, tokens);
+  t.labels = over(array_pointer(view.labels), {rows, length}, tokens);
+  t.position_ids = over(array_pointer(view.position_ids), {rows, length}, tokens);
+  t.sequence_ids = over(array_pointer(view.sequence_ids), {rows, length}, tokens);
+  t.cu_seqlens = over(array_pointer(view.cu_seqlens), {static_cast<std::int64_t>(view.used_cu_seqlens().size())}, offsets);
   t.max_seqlen = view.max_seqlen;
   t.real_tokens = static_cast<std::int64_t>(view.real_tokens);
   t.loss_tokens = static_cast<std::int64_t>(view.loss_tokens);
