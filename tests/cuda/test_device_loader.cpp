@@ -82,13 +82,7 @@ class read_back {
     const auto cu = device.used_cu_seqlens();
     if (!cu.empty())
       MULTIPACK_CUDA_CHECK(cudaMemcpyAsync(host.cu_seqlens.data(), cu.get(), cu.size_bytes(), cudaMemcpyDeviceToHost, stream));
-    host.rows = device.rows;
-    host.row_length = device.row_length;
-    host.segments = device.segments;
-    host.max_seqlen = device.max_seqlen;
-    host.padding_rows = device.padding_rows;
-    host.real_tokens = device.real_tokens;
-    host.loss_tokens = device.loss_tokens;
+    multipack::detail::copy_batch_results(host, device);
     views_[step] = host;
   }
 

@@ -94,6 +94,22 @@ inline void validate(const batch_layout& layout) {
 /// batch_buffers, or pinned memory carved with batch_view::over_bytes) and what collate found.
 /// The spans must be at least as long as `layout` says and must not overlap. A plain value:
 /// copying it copies the spans, not the memory.
+namespace detail {
+/// Copies what collate writes besides the arrays (rows, row_length, segments, max_seqlen,
+/// padding_rows, real_tokens, loss_tokens) from one view of a batch to another: a batch_view,
+/// or the `cuda/` layer's device_batch_view of a copy of it. O(1), never throws.
+template <class To, class From>
+void copy_batch_results(To& to, const From& from) noexcept {
+  to.rows = from.rows;
+  to.row_length = from.row_length;
+  to.segments = from.segments;
+  to.max_seqlen = from.max_seqlen;
+  to.padding_rows = from.padding_rows;
+  to.real_tokens = from.real_tokens;
+  to.loss_tokens = from.loss_tokens;
+}
+}  // namespace detail
+
 template <batch_token T = std::int32_t>
 struct batch_view {
   using token_type = T;
@@ -134,15 +150,7 @@ struct batch_view {
   /// Takes `from`'s results (rows, row_length, segments, max_seqlen, padding_rows,
   /// real_tokens, loss_tokens), not its spans: for a copy of the batch's arrays elsewhere (the
   /// device). O(1), never throws.
-  void copy_results_from(const batch_view& from) noexcept {
-    rows = from.rows;
-    row_length = from.row_length;
-    segments = from.segments;
-    max_seqlen = from.max_seqlen;
-    padding_rows = from.padding_rows;
-    real_tokens = from.real_tokens;
-    loss_tokens = from.loss_tokens;
-  }
+  void copy_results_from(const batch_view& from) noexcept { detail::copy_batch_results(*this, from); }
 
   /// A view over one block of raw memory (pinned host memory, say) of at least
   /// layout.bytes<T>() bytes, aligned to alignof(T): input_ids, labels, position_ids,

@@ -78,13 +78,7 @@ struct device_batch_view {
     v.sequence_ids = {arrays.sequence_ids.data(), arrays.sequence_ids.size()};
     v.cu_seqlens = {arrays.cu_seqlens.data(), arrays.cu_seqlens.size()};
     v.on_device = device;
-    v.rows = arrays.rows;
-    v.row_length = arrays.row_length;
-    v.segments = arrays.segments;
-    v.max_seqlen = arrays.max_seqlen;
-    v.padding_rows = arrays.padding_rows;
-    v.real_tokens = arrays.real_tokens;
-    v.loss_tokens = arrays.loss_tokens;
+    multipack::detail::copy_batch_results(v, arrays);
     return v;
   }
 
@@ -115,13 +109,7 @@ struct device_batch_view {
     v.position_ids = {position_ids.get(), position_ids.size()};
     v.sequence_ids = {sequence_ids.get(), sequence_ids.size()};
     v.cu_seqlens = {cu_seqlens.get(), cu_seqlens.size()};
-    v.rows = rows;
-    v.row_length = row_length;
-    v.segments = segments;
-    v.max_seqlen = max_seqlen;
-    v.padding_rows = padding_rows;
-    v.real_tokens = real_tokens;
-    v.loss_tokens = loss_tokens;
+    multipack::detail::copy_batch_results(v, *this);
     return v;
   }
 };
