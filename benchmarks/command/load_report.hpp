@@ -38,7 +38,10 @@ void print_load_report(const load_command_options& o, const load_inputs& in, con
   const auto rate = [&](double amount) { return t.seconds > 0 ? amount / t.seconds : 0.0; };
   const double output_rate = rate(static_cast<double>(t.output_bytes));
   const double wait_fraction = t.seconds > 0 ? t.wait_seconds / t.seconds : 0.0;
-  const double busy_fraction = t.seconds > 0 ? t.busy_seconds / (o.threads * t.seconds) : 0.0;
+  // The workers keep building while the trainer's thread dumps, so their time is the whole
+  // wall span: the run's seconds and the dumping left out of them.
+  const double wall_seconds = t.seconds + t.dump_seconds;
+  const double busy_fraction = wall_seconds > 0 ? t.busy_seconds / (o.threads * wall_seconds) : 0.0;
   const double mean_ready = t.batches == 0 ? 0.0 : t.ready_sum / static_cast<double>(t.batches);
   const char* token_type = sizeof(T) == 4 ? "int32" : "int64";
   if (o.json) {
@@ -97,6 +100,7 @@ void print_load_report(const load_command_options& o, const load_inputs& in, con
     out["later_plan_seconds"] = t.later_plan_seconds;
     out["epoch_switch_seconds"] = t.epoch_switch_seconds;
     out["dumped_batches"] = t.dumped;
+    out["dump_seconds"] = t.dump_seconds;
     out["device"] = o.device;
     out["pipeline"] = o.pipeline;
     out["rss_before_first_batch_bytes"] = t.rss_before_first_batch_bytes;
