@@ -24,10 +24,10 @@ namespace multipack::bench {
 struct device_totals {};  // never made: --device is refused without CUDA
 #endif
 
-/// Prints the run's report on standard output.
+/// Prints the run's report on standard output. `device` is unused without CUDA (the sanitized builds).
 template <batch_token T>
 void print_load_report(const load_command_options& o, const load_inputs& in, const load_totals& t,
-                       const std::optional<device_totals>& device, const memcpy_figures& floor,
+                       [[maybe_unused]] const std::optional<device_totals>& device, const memcpy_figures& floor,
                        std::uint64_t peak) {
   const std::uint64_t first_steps = in.first_steps;
   const auto& packing_options = in.packing;

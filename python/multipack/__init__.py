@@ -1,0 +1,411 @@
+"""multipack for Python trainers: exact sample packing, a drop-in batch sampler, a zero-copy loader.
+
+    import multipack
+
+    packing = multipack.pack(lengths, 4096)             # rows as numpy arrays over C++ memory
+    sampler = multipack.BatchSampler(lengths, 4096, micro_batch=16)   # torch's batch_sampler
+    for batch in multipack.Loader("data/alpaca/alpaca_llama", capacity=4096, micro_batch=16):
+        ...                                              # a dict of numpy arrays (or tensors)
+
+Every plan is a pure function of the lengths and the options (seed, epoch): every rank computes
+the same one, with no communication, and takes exactly the same number of steps. The errors of
+the C++ library arrive with its messages, as ``OptionError``/``SampleError``/``FormatError``
+(ValueErrors) and ``FileError`` (an OSError).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Union
+
+import numpy as np
+
+from . import _multipack
+from ._multipack import Error, FileError, FormatError, OptionError, SampleError  # noqa: F401
+
+__version__ = _multipack.__version__
+__all__ = ["pack", "Packing", "BatchSampler", "Loader", "distributed_env", "read_prompt_lengths", "Error",
+           "FileError", "FormatError", "OptionError", "SampleError"]
+
+Packing = _multipack.Packing
+
+try:  # torch is optional: the sampler is a torch Sampler and the loader gives tensors when it is there
+    import torch as _torch
+    from torch.utils.data import Sampler as _SamplerBase
+except ImportError:  # pragma: no cover - exercised where torch is absent
+    _torch = None
+    _SamplerBase = object
+
+_UINT32 = 2**32 - 1
+_UINT64 = 2**64 - 1
+
+
+def _count(name: str, value: Any, least: int = 0, most: int = _UINT32) -> int:
+    """An integer option as the C++ side takes it, or a ValueError/TypeError naming it."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an integer, got {type(value).__name__} {value!r}")
+    value = int(value)
+    if value < least or value > most:
+        raise ValueError(f"{name} = {value} is outside [{least}, {most}]")
+    return value
+
+
+def _name(name: str, value: Any) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a string such as 'exact-fit', got {type(value).__name__} {value!r}")
+    return value
+
+
+def pack(lengths, capacity: int, algorithm: str = "exact-fit", overlong: str = "drop", seed: int = 0,
+         epoch: int = 0, max_per_row: int = 0) -> Packing:
+    """Packs samples of the given lengths into rows of ``capacity`` tokens.
+
+    ``lengths``: any one-dimensional integer numpy array or sequence of ints (a uint32 array is
+    read in place). ``algorithm``: 'exact-fit' (default), 'randomized-exact-fit',
+    'best-fit-decreasing', 'first-fit-decreasing', 'next-fit'. ``overlong`` (a sample longer
+    than a row): 'drop' (counted in the report), 'truncate', 'split', 'error'.
+
+    Returns a ``Packing``: ``len()`` rows; ``row_offsets`` (uint64, rows + 1) and ``pieces``
+    ((pieces, 3) uint32: sample, begin, end), read-only numpy arrays over the C++ result, no
+    copy; ``row(r)`` the pieces of row r; ``report`` a dict (rows, lower_bound, efficiency,
+    dropped_samples, ...). The GIL is released while packing.
+    """
+    return _multipack.pack(lengths, _count("capacity", capacity, 1), _name("algorithm", algorithm),
+                           _name("overlong", overlong), _count("seed", seed, 0, _UINT64),
+                           _count("epoch", epoch, 0, _UINT64), _count("max_per_row", max_per_row))
+
+
+def distributed_env() -> Dict[str, Any]:
+    """This process's rank, world size and local rank from the launcher's variables (torchrun's
+    RANK/WORLD_SIZE, Open MPI's, PMI's, Slurm's; none set: rank 0 of 1). A malformed or
+    contradictory environment raises OptionError naming the variable."""
+    rank, world_size, local_rank, launcher = _multipack.distributed_env()
+    return {"rank": rank, "world_size": world_size, "local_rank": local_rank, "launcher": launcher}
+
+
+def read_prompt_lengths(path: Union[str, os.PathLike]) -> np.ndarray:
+    """A prompt-length file (text, one integer a line, or the binary form ``convert`` writes) as
+    a uint32 array: tokens [0, n) of each sample carry no loss."""
+    return _multipack.read_prompt_lengths(os.fspath(path))
+
+
+class _Epochs:
+    """What the sampler and the loader share: the options of the plan, one plan an epoch (made
+    when first needed, in C++ without the GIL), and the position for resuming."""
+
+    def __init__(self, lengths, capacity, micro_batch, world_size, rank, seed, epoch, algorithm, overlong,
+                 max_per_row, remainder, balance):
+        if (world_size is None) != (rank is None):
+            env = distributed_env()
+            world_size = env["world_size"] if world_size is None else world_size
+            rank = env["rank"] if rank is None else rank
+        elif world_size is None:
+            env = distributed_env()
+            world_size, rank = env["world_size"], env["rank"]
+        self.world_size = _count("world_size", world_size, 1)
+        self.rank = _count("rank", rank)
+        if self.rank >= self.world_size:
+            raise ValueError(f"rank {self.rank} is outside the world of {self.world_size} ranks")
+        self.micro_batch = _count("micro_batch", micro_batch, 1)
+        self.capacity = _count("capacity", capacity, 1)
+        self.seed = _count("seed", seed, 0, _UINT64)
+        self.epoch = _count("epoch", epoch, 0, _UINT64)
+        self.max_per_row = _count("max_per_row", max_per_row)
+        self.algorithm = _name("algorithm", algorithm)
+        self.overlong = _name("overlong", overlong)
+        self.remainder = _name("remainder", remainder)
+        self.balance = bool(balance)
+        self._lengths = lengths
+        self._plan = None
+        self._plan_key = None
+        self._start_step = 0      # the step the next iteration starts at
+        self._consumed_rows = 0   # rows of this epoch a run of another shape trained on
+        self._next_step = 0       # the step after the last one handed out
+        self.plan()  # bad options fail here, not at the first batch
+
+    def plan(self) -> "_multipack.Plan":
+        """This epoch's plan (the same on every rank)."""
+        key = (self.epoch, self._consumed_rows)
+        if self._plan_key != key:
+            self._plan = _multipack.Plan(self._lengths, self.capacity, self.algorithm, self.overlong,
+                                         self.max_per_row, self.world_size, self.micro_batch, self.seed,
+                                         self.epoch, self.remainder, self.balance, self._consumed_rows)
+            self._plan_key = key
+        return self._plan
+
+    def __len__(self) -> int:
+        """Steps of this epoch, the same on every rank (after a resume with another world size:
+        the steps of the rows left)."""
+        return self.plan().steps
+
+    def set_epoch(self, epoch: int) -> None:
+        """The epoch the next iteration trains on: a new order of rows (and, for
+        'randomized-exact-fit', a new packing), from its first step."""
+        epoch = _count("epoch", epoch, 0, _UINT64)
+        if epoch != self.epoch:
+            self.epoch = epoch
+            self._start_step = self._next_step = 0
+            self._consumed_rows = 0
+
+    def state_dict(self) -> Dict[str, Any]:
+        """Where training stands: the epoch, the steps of it handed out, and the rows those
+        hold (``consumed_rows``, for a restart with another world size or micro-batch)."""
+        plan = self.plan()
+        return {"epoch": self.epoch, "step": self._next_step, "world_size": self.world_size,
+                "micro_batch": self.micro_batch, "seed": self.seed,
+                "consumed_rows": self._consumed_rows + plan.consumed_rows_after(self._next_step)}
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        """Resumes where ``state`` (a ``state_dict()``) stood: the next iteration yields exactly
+        what the interrupted one would have yielded next. With another world size or
+        micro-batch, the epoch resumes after the rows already trained on."""
+        for key in ("epoch", "step", "world_size", "micro_batch", "seed", "consumed_rows"):
+            if key not in state:
+                raise ValueError(f"load_state_dict: the state has no {key!r} (keys: {sorted(state)})")
+        if _count("seed", state["seed"], 0, _UINT64) != self.seed:
+            raise ValueError(f"load_state_dict: the state was saved with seed {state['seed']}, this one has "
+                             f"seed {self.seed}: its plan would be another")
+        self.epoch = _count("epoch", state["epoch"], 0, _UINT64)
+        step = _count("step", state["step"], 0, _UINT64)
+        if state["world_size"] == self.world_size and state["micro_batch"] == self.micro_batch:
+            self._consumed_rows = 0
+            if step > self.plan().steps:
+                raise ValueError(f"load_state_dict: step {step} is past the epoch's {self.plan().steps} steps")
+        else:
+            self._consumed_rows = _count("consumed_rows", state["consumed_rows"], 0, _UINT64)
+            step = 0
+        self._start_step = self._next_step = step
+
+    def _steps(self) -> range:
+        """The steps the next iteration covers; later iterations start at 0 again."""
+        start = self._start_step
+        self._start_step = 0
+        return range(start, self.plan().steps)
+
+
+class BatchSampler(_Epochs, _SamplerBase):
+    """A ``torch.utils.data`` batch sampler of packed rows, for this rank: a drop-in for
+    axolotl's ``MultipackBatchSampler`` and a Hugging Face ``Trainer``'s batch sampler.
+
+    Each item is one step's micro-batch: ``micro_batch`` rows, each a list of sample indices
+    (axolotl's shape; a padding row that completes the last step is ``[]``, unless
+    ``remainder='drop'``). ``len()`` is exact and the same on every rank. ``set_epoch(e)``
+    gives epoch e's order (and packing, for 'randomized-exact-fit'); ``state_dict()`` /
+    ``load_state_dict()`` resume mid-epoch exactly (torchdata's ``StatefulDataLoader``
+    protocol).
+
+    ``world_size``/``rank`` default to the launcher's environment (``distributed_env``).
+    ``overlong='split'`` is refused: a piece of a sample is not a sample index; use 'drop'
+    (counted in ``report``), 'truncate' (the index stands for the sample's first ``capacity``
+    tokens: the collator must cut it) or ``multipack.Loader``, which builds split pieces.
+    """
+
+    def __init__(self, lengths, capacity: int, micro_batch: int = 1, world_size: Optional[int] = None,
+                 rank: Optional[int] = None, seed: int = 0, algorithm: str = "exact-fit", overlong: str = "drop",
+                 max_per_row: int = 0, remainder: str = "pad", balance: bool = True, epoch: int = 0):
+        if overlong == "split":
+            raise ValueError("BatchSampler: overlong='split' cuts samples into pieces, which lists of sample "
+                             "indices cannot express; use overlong='drop' or 'truncate', or multipack.Loader")
+        _Epochs.__init__(self, lengths, capacity, micro_batch, world_size, rank, seed, epoch, algorithm, overlong,
+                         max_per_row, remainder, balance)
+
+    @property
+    def report(self) -> Dict[str, Any]:
+        """What this epoch's packing and schedule did with every sample and row."""
+        plan = self.plan()
+        return {"packing": plan.packing_report, "schedule": plan.schedule_report}
+
+    def __iter__(self) -> Iterator[List[List[int]]]:
+        plan = self.plan()
+        for step in self._steps():
+            self._next_step = step + 1
+            yield plan.indices(step, self.rank)
+        self._next_step = 0
+
+
+def _paths(value) -> List[str]:
+    if isinstance(value, (str, os.PathLike)):
+        return [os.fspath(value)]
+    return [os.fspath(v) for v in value]
+
+
+class Loader(_Epochs):
+    """Complete training batches of this rank, built by C++ threads ahead of the loop.
+
+    ``paths``: Megatron/fairseq indexed datasets (a prefix of PREFIX.bin/.idx, a directory of
+    them, or a pattern such as 'corpus/shard_*'; several are concatenated in order).
+    Loss mask: ``prompt_lengths`` (a file, a list of files one a prefix, or an integer array:
+    tokens [0, n) of sample i carry no loss) or ``loss_mask`` (the PREFIX of a per-token mask
+    that ``multipack-bench convert --labels-field`` writes); ``train_on_inputs`` ignores it.
+    ``dtype``: the token arrays' type, int32 or int64 (what ``torch.nn.Embedding`` takes).
+
+    Iterating yields a dict per step: ``input_ids``, ``labels`` (unshifted; ``ignore_index``
+    where no loss), ``position_ids``, ``sequence_ids`` (each [micro_batch, row_length]),
+    ``cu_seqlens`` (int32, FlashAttention's), and ``max_seqlen``, ``real_tokens``,
+    ``loss_tokens``, ``padding_rows``, ``step``, ``rank``. The arrays are over the pool's
+    buffer, no copy; the buffer goes back to the pool when the last array over it dies, so a
+    batch kept stays valid (while the pool's other buffers carry on). With ``as_torch=True``
+    they are torch tensors over the same memory (``torch.from_numpy``).
+
+    The GIL is released while the loop waits and while the workers build. ``break`` followed by
+    the loop's end, ``close()``, ``with`` or garbage collection stops the threads. ``len()`` is
+    the epoch's step count; ``set_epoch``, ``state_dict``, ``load_state_dict`` as in
+    ``BatchSampler``; ``start_step`` starts the first iteration later. One thread iterates.
+    """
+
+    def __init__(self, paths, capacity: int = 4096, micro_batch: int = 1, world_size: Optional[int] = None,
+                 rank: Optional[int] = None, epoch: int = 0, seed: int = 0, algorithm: str = "exact-fit",
+                 overlong: str = "drop", max_per_row: int = 0, remainder: str = "pad", balance: bool = True,
+                 prompt_lengths=None, loss_mask=None, train_on_inputs: bool = False, threads: int = 2,
+                 depth: int = 4, start_step: int = 0, dtype=np.int32, pad_to_multiple: int = 0,
+                 ignore_index: int = -100, pad_token_id: int = 0, as_torch: bool = False):
+        self.dataset = _multipack.Dataset(_paths(paths))
+        dtype = np.dtype(dtype)
+        if dtype not in (np.dtype(np.int32), np.dtype(np.int64)):
+            raise ValueError(f"dtype must be int32 or int64, got {dtype}")
+        if prompt_lengths is not None and loss_mask is not None:
+            raise ValueError("give prompt_lengths or loss_mask, not both")
+        if as_torch and _torch is None:
+            raise ImportError("as_torch=True needs torch, which cannot be imported here")
+        self._batches_type = _multipack.BatchLoader64 if dtype == np.dtype(np.int64) else _multipack.BatchLoader32
+        self._prompt_lengths = self._prompt_lengths_of(prompt_lengths)
+        self._loss_mask = None if loss_mask is None else os.fspath(loss_mask)
+        arguments = _multipack.LoaderArguments()
+        arguments.pad_to_multiple = _count("pad_to_multiple", pad_to_multiple)
+        arguments.train_on_inputs = bool(train_on_inputs)
+        arguments.ignore_index = _count("ignore_index", ignore_index, -2**63, 2**63 - 1)
+        arguments.pad_token_id = _count("pad_token_id", pad_token_id, -2**63, 2**63 - 1)
+        arguments.threads = _count("threads", threads, 1, 1024)
+        arguments.depth = _count("depth", depth, 1, 65536)
+        self._arguments = arguments
+        self.as_torch = bool(as_torch)
+        self._batches = None
+        self._batches_key = None
+        self._last_statistics = None
+        _Epochs.__init__(self, self.dataset.lengths, capacity, micro_batch, world_size, rank, seed, epoch, algorithm,
+                         overlong, max_per_row, remainder, balance)
+        self._start_step = self._next_step = _count("start_step", start_step, 0, _UINT64)
+        if self._start_step > self.plan().steps:
+            raise ValueError(f"start_step {self._start_step} is past the epoch's {self.plan().steps} steps")
+        # The first iteration's loader starts now: its workers build while the trainer sets up,
+        # and a mask or file that does not fit fails here rather than at the first batch.
+        self._used = False
+        if self._start_step < self.plan().steps:
+            self._start(self._start_step)
+
+    def _prompt_lengths_of(self, value) -> Optional[np.ndarray]:
+        if value is None:
+            return None
+        if isinstance(value, (str, os.PathLike)):
+            return read_prompt_lengths(value)
+        if isinstance(value, (list, tuple)) and value and all(isinstance(v, (str, os.PathLike)) for v in value):
+            sizes = self.dataset.shard_sizes
+            if len(value) != len(sizes):
+                raise ValueError(f"prompt_lengths: {len(value)} files for {len(sizes)} prefixes: give one a prefix, "
+                                 f"in the same order, or one file for all")
+            parts = []
+            for path, size in zip(value, sizes):
+                part = read_prompt_lengths(path)
+                if len(part) != size:
+                    raise FormatError(f"{os.fspath(path)}: {len(part)} prompt lengths, but its prefix has {size} "
+                                      f"samples")
+                parts.append(part)
+            return np.concatenate(parts)
+        array = np.asarray(value)
+        if array.ndim != 1 or (array.size and array.dtype.kind not in "iu"):
+            raise TypeError(f"prompt_lengths must be a file, a list of files or a one-dimensional integer array, "
+                            f"got {type(value).__name__}")
+        if array.size and (array.min() < 0 or array.max() > _UINT32):
+            raise ValueError("prompt_lengths: a value is negative or larger than 4294967295")
+        return array.astype(np.uint32)
+
+    def _start(self, start_step: int):
+        """A C++ loader of this epoch from `start_step`: its workers start building now."""
+        self.close()
+        self._arguments.rank = self.rank
+        self._arguments.start_step = start_step
+        self._batches = self._batches_type(self.dataset, self.plan(), self._prompt_lengths, self._loss_mask,
+                                           self._arguments)
+        self._batches_key = (self.epoch, self._consumed_rows, start_step)
+        return self._batches
+
+    def __iter__(self) -> Iterator[Dict[str, Any]]:
+        steps = self._steps()
+        key = (self.epoch, self._consumed_rows, steps.start)
+        if self._batches is not None and not self._batches.closed and self._batches_key == key and not self._used:
+            batches = self._batches  # the one started ahead, by the constructor or load_state_dict
+        else:
+            batches = self._start(steps.start) if len(steps) else None
+        self._used = True
+        if batches is None:
+            self._next_step = 0
+        return _Batches(self, batches)
+
+    @staticmethod
+    def _as_torch(batch: Dict[str, Any]) -> Dict[str, Any]:
+        return {k: _torch.from_numpy(v) if isinstance(v, np.ndarray) else v for k, v in batch.items()}
+
+    def statistics(self) -> Dict[str, Any]:
+        """The running (or last finished) iteration's prefetcher figures: batches,
+        consumer_wait_seconds, producer_busy_seconds, mean_ready, max_ready, elapsed_seconds."""
+        if self._batches is not None and not self._batches.closed:
+            return self._batches.statistics()
+        if self._last_statistics is None:
+            raise ValueError("statistics: no iteration has run")
+        return self._last_statistics
+
+    def close(self) -> None:
+        """Stops and joins the worker threads. Batches still referenced stay valid."""
+        if self._batches is not None:
+            if not self._batches.closed:
+                self._last_statistics = self._batches.statistics()
+            self._batches.close()
+            self._batches = None
+
+    def __enter__(self) -> "Loader":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - a destructor must not raise
+            pass
+
+
+class _Batches:
+    """One iteration of a Loader. Holds no batch between calls, so a batch the loop drops goes
+    back to the pool at once; stops the workers at the end, on close() or when collected."""
+
+    def __init__(self, loader: Loader, batches):
+        self._loader = loader
+        self._batches = batches
+
+    def __iter__(self) -> "_Batches":
+        return self
+
+    def __next__(self) -> Dict[str, Any]:
+        if self._batches is None:
+            raise StopIteration
+        batch = self._batches.next()
+        if batch is None:
+            self._loader._next_step = 0
+            self.close()
+            raise StopIteration
+        self._loader._next_step = batch["step"] + 1
+        return self._loader._as_torch(batch) if self._loader.as_torch else batch
+
+    def close(self) -> None:
+        if self._batches is not None:
+            if not self._batches.closed:
+                self._loader._last_statistics = self._batches.statistics()
+            self._batches.close()
+            self._batches = None
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - a destructor must not raise
+            pass

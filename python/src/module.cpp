@@ -1,0 +1,514 @@
+// The CPython extension `multipack._multipack`: the library's packing, planning and loading
+// behind a small Python surface. The public Python API (pack, BatchSampler, Loader) is in
+// python/multipack/__init__.py; this file holds what must be C++ to be fast or zero-copy:
+//
+// - Packing: pack()'s rows as read-only numpy arrays over the C++ result (no copy).
+// - Plan: one epoch's plan; a rank's micro-batch of a step as lists of sample indices.
+// - Dataset: Megatron/fairseq prefixes, concatenated (the `data/` layer).
+// - BatchLoader32 / BatchLoader64: batch_loader; each batch a dict of numpy arrays over its
+//   pool buffer, which goes back to the pool when the last array over it dies.
+//
+// The GIL is released wherever C++ works or waits: packing, planning, opening files,
+// waiting for a batch, stopping the workers. The workers never touch Python objects.
+
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+#include <pybind11/stl/filesystem.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "multipack/core/error.hpp"
+#include "multipack/data/concatenated_dataset.hpp"
+#include "multipack/data/indexed_dataset.hpp"
+#include "multipack/data/loss_mask.hpp"
+#include "multipack/pack/pack.hpp"
+#include "multipack/pipeline/batch_loader.hpp"
+#include "multipack/schedule/distributed_env.hpp"
+#include "multipack/schedule/plan.hpp"
+#include "multipack/version.hpp"
+
+namespace py = pybind11;
+
+namespace multipack::python {
+
+using shards_type = concatenated_dataset<indexed_dataset>;
+
+/// Lengths given from Python (any integer numpy array or sequence of ints), as the packer
+/// takes them: a span over the caller's uint32 array when it is one (no copy), else the
+/// values checked and copied by pack()'s own range overload (negative or too long: a
+/// sample_error naming the sample).
+class lengths_argument {
+ public:
+  explicit lengths_argument(const py::handle& values, const char* what) {
+    const py::module_ numpy = py::module_::import("numpy");
+    py::array array = numpy.attr("asarray")(values);
+    if (array.ndim() != 1)
+      throw py::value_error(std::string(what) + ": expected a one-dimensional array of lengths, got " +
+                            std::to_string(array.ndim()) + " dimensions");
+    const char kind = array.dtype().kind();
+    if (array.size() == 0) return;  // [] is float64 to numpy: no values, no type to check
+    if (kind != 'i' && kind != 'u')
+      throw py::type_error(std::string(what) + ": lengths must be integers, got dtype " +
+                           py::str(array.dtype()).cast<std::string>());
+    if (kind == 'u' && array.itemsize() == 4) {
+      uint32_ = py::array_t<std::uint32_t, py::array::c_style | py::array::forcecast>::ensure(array);
+      held_ = held::uint32;
+    } else if (kind == 'u') {
+      uint64_ = py::array_t<std::uint64_t, py::array::c_style | py::array::forcecast>::ensure(array);
+      held_ = held::uint64;
+    } else {
+      int64_ = py::array_t<std::int64_t, py::array::c_style | py::array::forcecast>::ensure(array);
+      held_ = held::int64;
+    }
+  }
+
+  /// Calls f with the lengths as a contiguous range (the GIL may be released inside f: the
+  /// arrays are held by this object).
+  template <class F>
+  decltype(auto) visit(F&& f) const {
+    switch (held_) {
+      case held::uint32:
+        return f(std::span<const std::uint32_t>(uint32_.data(), static_cast<std::size_t>(uint32_.size())));
+      case held::uint64:
+        return f(std::span<const std::uint64_t>(uint64_.data(), static_cast<std::size_t>(uint64_.size())));
+      case held::int64:
+        return f(std::span<const std::int64_t>(int64_.data(), static_cast<std::size_t>(int64_.size())));
+      case held::none:
+        break;
+    }
+    return f(std::span<const std::uint32_t>());
+  }
+
+ private:
+  // Which array holds the values (a default-constructed array_t is an empty array, not null).
+  enum class held { none, uint32, uint64, int64 };
+  held held_ = held::none;
+  py::array_t<std::uint32_t, py::array::c_style | py::array::forcecast> uint32_;
+  py::array_t<std::uint64_t, py::array::c_style | py::array::forcecast> uint64_;
+  py::array_t<std::int64_t, py::array::c_style | py::array::forcecast> int64_;
+};
+
+/// A read-only numpy array over `data`, kept alive by `owner` (the Python object that holds
+/// the C++ memory). O(1), no copy.
+template <class T>
+py::array read_only_array(const T* data, std::vector<py::ssize_t> shape, std::vector<py::ssize_t> strides,
+                          const py::handle& owner) {
+  py::array a(py::dtype::of<T>(), std::move(shape), std::move(strides), data, owner);
+  py::detail::array_proxy(a.ptr())->flags &= ~py::detail::npy_api::NPY_ARRAY_WRITEABLE_;
+  return a;
+}
+
+py::dict to_dict(const pack_report& r) {
+  py::dict d;
+  d["samples"] = r.samples;
+  d["tokens"] = r.tokens;
+  d["packed_samples"] = r.packed_samples;
+  d["packed_tokens"] = r.packed_tokens;
+  d["pieces"] = r.pieces;
+  d["rows"] = r.rows;
+  d["capacity"] = r.capacity;
+  d["lower_bound"] = r.lower_bound;
+  d["empty_samples"] = r.empty_samples;
+  d["dropped_samples"] = r.dropped_samples;
+  d["dropped_tokens"] = r.dropped_tokens;
+  d["truncated_samples"] = r.truncated_samples;
+  d["truncated_tokens"] = r.truncated_tokens;
+  d["split_samples"] = r.split_samples;
+  d["efficiency"] = r.efficiency();
+  d["rows_over_lower_bound"] = r.rows_over_lower_bound();
+  return d;
+}
+
+py::dict to_dict(const schedule_report& r) {
+  py::dict d;
+  d["world_size"] = r.world_size;
+  d["micro_batch"] = r.micro_batch;
+  d["steps"] = r.steps;
+  d["rows"] = r.rows;
+  d["consumed_rows"] = r.consumed_rows;
+  d["scheduled_rows"] = r.scheduled_rows;
+  d["padded_rows"] = r.padded_rows;
+  d["dropped_rows"] = r.dropped_rows;
+  d["dropped_samples"] = r.dropped_samples;
+  d["dropped_tokens"] = r.dropped_tokens;
+  d["balance_mean"] = r.balance_mean;
+  d["balance_worst"] = r.balance_worst;
+  return d;
+}
+
+pack_options packing_options(std::uint32_t capacity, const std::string& algorithm, const std::string& overlong,
+                             std::uint64_t seed, std::uint64_t epoch, std::uint32_t max_per_row) {
+  pack_options o;
+  o.capacity = capacity;
+  o.algorithm = parse_packing_algorithm(algorithm);
+  o.overlong = parse_overlong_policy(overlong);
+  o.seed = seed;
+  o.epoch = epoch;
+  o.max_per_row = max_per_row;
+  return o;
+}
+
+/// The pieces of `rows` as numpy arrays over them: (n, 3) uint32 rows of sample, begin, end
+/// (12 bytes a piece, as piece is laid out).
+static_assert(sizeof(piece) == 3 * sizeof(std::uint32_t), "piece is three packed uint32");
+
+py::array pieces_array(std::span<const piece> pieces, const py::handle& owner) {
+  const auto* first = pieces.empty() ? nullptr : &pieces.front().sample;
+  static const piece none{};
+  return read_only_array<std::uint32_t>(first != nullptr ? first : &none.sample,
+                                        {static_cast<py::ssize_t>(pieces.size()), 3},
+                                        {static_cast<py::ssize_t>(sizeof(piece)), sizeof(std::uint32_t)}, owner);
+}
+
+/// pack()'s result, owned by Python; its arrays are views over it.
+struct packing_result {
+  packing result;
+};
+
+/// One epoch's plan, shared with the loaders made from it.
+struct plan_handle {
+  std::shared_ptr<const epoch_plan> plan;
+
+  [[nodiscard]] std::uint64_t steps() const noexcept { return plan->schedule.steps(); }
+
+  /// Rank `rank`'s micro-batch of `step` as a list of rows, each a list of sample indices;
+  /// a padding row is an empty list. Throws option_error for a step or rank out of range.
+  [[nodiscard]] py::list indices(std::uint64_t step, std::uint32_t rank) const {
+    const auto rows = plan->schedule.rows(step, rank);
+    py::list out(rows.size());
+    for (std::size_t slot = 0; slot < rows.size(); ++slot) {
+      if (rows[slot] == epoch_schedule::padding_row) {
+        out[slot] = py::list();
+        continue;
+      }
+      const std::span<const piece> pieces = plan->packed.rows[rows[slot]];
+      PyObject* row = PyList_New(static_cast<py::ssize_t>(pieces.size()));
+      if (row == nullptr) throw py::error_already_set();
+      for (std::size_t k = 0; k < pieces.size(); ++k) {
+        PyObject* index = PyLong_FromUnsignedLong(pieces[k].sample);
+        if (index == nullptr) {
+          Py_DECREF(row);
+          throw py::error_already_set();
+        }
+        PyList_SET_ITEM(row, static_cast<py::ssize_t>(k), index);  // steals the reference
+      }
+      out[slot] = py::reinterpret_steal<py::list>(row);
+    }
+    return out;
+  }
+};
+
+/// The Megatron/fairseq prefixes of a Loader, concatenated.
+struct dataset_handle {
+  std::shared_ptr<const shards_type> dataset;
+  std::vector<std::filesystem::path> prefixes;
+  std::vector<std::uint32_t> lengths;  // every sample's, as the planner takes them
+};
+
+dataset_handle open_dataset(const std::vector<std::filesystem::path>& where) {
+  if (where.empty()) throw option_error("Dataset: no paths given");
+  dataset_handle d;
+  for (const auto& w : where)
+    for (auto& prefix : indexed_prefixes(w)) d.prefixes.push_back(std::move(prefix));
+  d.dataset = std::make_shared<const shards_type>(open_indexed_datasets(d.prefixes));
+  d.lengths.reserve(d.dataset->size());
+  for (const indexed_dataset& shard : d.dataset->shards()) {
+    const std::vector<std::uint32_t> part = shard.lengths();
+    d.lengths.insert(d.lengths.end(), part.begin(), part.end());
+  }
+  return d;
+}
+
+/// The arguments of a loader's batches besides the plan.
+struct loader_arguments {
+  std::uint32_t rank = 0;
+  std::uint32_t pad_to_multiple = 0;
+  bool train_on_inputs = false;
+  std::int64_t ignore_index = -100;
+  std::int64_t pad_token_id = 0;
+  unsigned threads = 2;
+  std::size_t depth = 4;
+  std::uint64_t start_step = 0;
+};
+
+/// batch_loader over a Dataset and a Plan, for Python: next() gives a dict of numpy arrays.
+template <batch_token T>
+class python_loader {
+ public:
+  using loader_type = batch_loader<shards_type, T>;
+  using lease_type = typename loader_type::lease;
+
+  python_loader(const dataset_handle& data, const plan_handle& plan, loss_mask mask, const loader_arguments& a) {
+    batch_options options;
+    options.pad_to_multiple = a.pad_to_multiple;
+    options.collate.train_on_inputs = a.train_on_inputs;
+    options.collate.ignore_index = a.ignore_index;
+    options.collate.pad_token_id = a.pad_token_id;
+    options.mask = std::move(mask);
+    prefetch_options prefetch;
+    prefetch.threads = a.threads;
+    prefetch.depth = a.depth;
+    py::gil_scoped_release unlocked;
+    loader_ = std::make_unique<loader_type>(data.dataset, plan.plan, a.rank, std::move(options), prefetch, a.start_step);
+  }
+
+  /// The next batch, or None after the last. Blocks (without the GIL) until it is built.
+  py::object next() {
+    if (!loader_) throw option_error("Loader: this loader is closed");
+    std::optional<lease_type> lease;
+    {
+      py::gil_scoped_release unlocked;
+      lease = loader_->next();
+    }
+    if (!lease) return py::none();
+    const std::uint64_t step = lease->step();
+    // The lease moves into a capsule that every array holds: the buffer goes back to the pool
+    // when the last array over it dies.
+    auto* owned = new lease_type(std::move(*lease));
+    py::capsule owner(owned, [](void* p) { delete static_cast<lease_type*>(p); });
+    const batch_view<T>& v = (**owned).view;
+    const auto rows = static_cast<py::ssize_t>(v.rows);
+    const auto length = static_cast<py::ssize_t>(v.row_length);
+    const auto over = [&](std::span<T> array) {
+      return py::array(py::dtype::of<T>(), std::vector<py::ssize_t>{rows, length},
+                       std::vector<py::ssize_t>{length * py::ssize_t{sizeof(T)}, py::ssize_t{sizeof(T)}}, array.data(),
+                       owner);
+    };
+    py::dict batch;
+    batch["input_ids"] = over(v.input_ids);
+    batch["labels"] = over(v.labels);
+    batch["position_ids"] = over(v.position_ids);
+    batch["sequence_ids"] = over(v.sequence_ids);
+    batch["cu_seqlens"] = py::array(py::dtype::of<std::int32_t>(),
+                                    std::vector<py::ssize_t>{static_cast<py::ssize_t>(v.segments) + 1},
+                                    std::vector<py::ssize_t>{py::ssize_t{sizeof(std::int32_t)}}, v.cu_seqlens.data(), owner);
+    batch["max_seqlen"] = v.max_seqlen;
+    batch["real_tokens"] = v.real_tokens;
+    batch["loss_tokens"] = v.loss_tokens;
+    batch["padding_rows"] = v.padding_rows;
+    batch["step"] = step;
+    batch["rank"] = (**owned).rank;
+    return batch;
+  }
+
+  /// Stops and joins the workers (without the GIL). Batches still referenced stay valid.
+  void close() {
+    py::gil_scoped_release unlocked;
+    loader_.reset();
+  }
+
+  [[nodiscard]] bool closed() const noexcept { return loader_ == nullptr; }
+
+  [[nodiscard]] py::dict statistics() const {
+    if (!loader_) throw option_error("Loader: this loader is closed");
+    const prefetch_statistics s = loader_->statistics();
+    py::dict d;
+    d["batches"] = s.batches;
+    d["consumer_wait_seconds"] = s.consumer_wait_seconds;
+    d["producer_busy_seconds"] = s.producer_busy_seconds;
+    d["elapsed_seconds"] = s.elapsed_seconds;
+    d["max_ready"] = s.max_ready;
+    d["mean_ready"] = s.mean_ready;
+    return d;
+  }
+
+  ~python_loader() {
+    if (loader_) {
+      py::gil_scoped_release unlocked;
+      loader_.reset();
+    }
+  }
+
+ private:
+  std::unique_ptr<loader_type> loader_;
+};
+
+template <batch_token T>
+void bind_loader(py::module_& m, const char* name) {
+  using L = python_loader<T>;
+  py::class_<L>(m, name)
+      .def(py::init([](const dataset_handle& data, const plan_handle& plan, const py::object& prompt_lengths,
+                       const std::optional<std::filesystem::path>& token_mask, const loader_arguments& a) {
+             loss_mask mask;
+             if (token_mask) {
+               mask = loss_mask::open_token_mask(*token_mask);
+             } else if (!prompt_lengths.is_none()) {
+               auto values = py::array_t<std::uint32_t, py::array::c_style | py::array::forcecast>::ensure(prompt_lengths);
+               if (!values) throw py::error_already_set();
+               mask = loss_mask::from_prompt_lengths(
+                   std::vector<std::uint32_t>(values.data(), values.data() + values.size()), "prompt_lengths");
+             }
+             return std::make_unique<L>(data, plan, std::move(mask), a);
+           }),
+           py::arg("dataset"), py::arg("plan"), py::arg("prompt_lengths"), py::arg("token_mask"), py::arg("arguments"))
+      .def("next", &L::next)
+      .def("close", &L::close)
+      .def_property_readonly("closed", &L::closed)
+      .def("statistics", &L::statistics);
+}
+
+}  // namespace multipack::python
+
+PYBIND11_MODULE(_multipack, m) {
+  using namespace multipack;
+  using namespace multipack::python;
+  m.doc() = "multipack's C++ core; use the package `multipack`, not this module";
+  m.attr("__version__") = std::to_string(MULTIPACK_VERSION_MAJOR) + "." + std::to_string(MULTIPACK_VERSION_MINOR) + "." +
+                          std::to_string(MULTIPACK_VERSION_PATCH);
+
+  // The library's exceptions, with their messages: the option and sample errors are
+  // ValueErrors, a corrupt file a ValueError too (its content is wrong), a file the system
+  // refused an OSError. Derived ones after the base, which pybind11 tries last.
+  static py::exception<error> base(m, "Error", PyExc_RuntimeError);
+  static py::exception<io_error> io(m, "FileError", PyExc_OSError);
+  static py::exception<format_error> format(m, "FormatError", PyExc_ValueError);
+  static py::exception<option_error> option(m, "OptionError", PyExc_ValueError);
+  static py::exception<sample_error> sample(m, "SampleError", PyExc_ValueError);
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const io_error& e) {
+      io(e.what());
+    } catch (const format_error& e) {
+      format(e.what());
+    } catch (const option_error& e) {
+      option(e.what());
+    } catch (const sample_error& e) {
+      sample(e.what());
+    } catch (const error& e) {
+      base(e.what());
+    }
+  });
+
+  py::class_<packing_result>(m, "Packing")
+      .def("__len__", [](const packing_result& p) { return p.result.rows.size(); })
+      .def_property_readonly("row_offsets",
+                             [](const py::object& self) {
+                               const auto& rows = self.cast<const packing_result&>().result.rows;
+                               const auto offsets = rows.row_offsets();
+                               return read_only_array<std::uint64_t>(offsets.data(),
+                                                                     {static_cast<py::ssize_t>(offsets.size())},
+                                                                     {sizeof(std::uint64_t)}, self);
+                             })
+      .def_property_readonly("pieces",
+                             [](const py::object& self) {
+                               return pieces_array(self.cast<const packing_result&>().result.rows.pieces(), self);
+                             })
+      .def("row",
+           [](const py::object& self, py::ssize_t r) {
+             const auto& rows = self.cast<const packing_result&>().result.rows;
+             const auto n = static_cast<py::ssize_t>(rows.size());
+             if (r < 0) r += n;
+             if (r < 0 || r >= n) throw py::index_error("row " + std::to_string(r) + " of " + std::to_string(n));
+             return pieces_array(rows[static_cast<std::size_t>(r)], self);
+           })
+      .def_property_readonly("report", [](const packing_result& p) { return to_dict(p.result.report); });
+
+  m.def(
+      "pack",
+      [](const py::handle& lengths, std::uint32_t capacity, const std::string& algorithm, const std::string& overlong,
+         std::uint64_t seed, std::uint64_t epoch, std::uint32_t max_per_row) {
+        const lengths_argument values(lengths, "pack");
+        const pack_options options = packing_options(capacity, algorithm, overlong, seed, epoch, max_per_row);
+        auto result = std::make_unique<packing_result>();
+        {
+          py::gil_scoped_release unlocked;
+          result->result = values.visit([&](auto span) { return pack(span, options); });
+        }
+        return result;
+      },
+      py::arg("lengths"), py::arg("capacity"), py::arg("algorithm"), py::arg("overlong"), py::arg("seed"),
+      py::arg("epoch"), py::arg("max_per_row"));
+
+  py::class_<plan_handle>(m, "Plan")
+      .def(py::init([](const py::handle& lengths, std::uint32_t capacity, const std::string& algorithm,
+                       const std::string& overlong, std::uint32_t max_per_row, std::uint32_t world_size,
+                       std::uint32_t micro_batch, std::uint64_t seed, std::uint64_t epoch, const std::string& remainder,
+                       bool balance, std::uint64_t consumed_rows) {
+             const lengths_argument values(lengths, "Plan");
+             const pack_options packing = packing_options(capacity, algorithm, overlong, seed, epoch, max_per_row);
+             schedule_options schedule;
+             schedule.world_size = world_size;
+             schedule.micro_batch = micro_batch;
+             schedule.seed = seed;
+             schedule.epoch = epoch;
+             schedule.remainder = parse_remainder_policy(remainder);
+             schedule.balance = balance;
+             schedule.consumed_rows = consumed_rows;
+             py::gil_scoped_release unlocked;
+             return plan_handle{std::make_shared<const epoch_plan>(
+                 values.visit([&](auto span) { return plan_epoch(span, packing, schedule); }))};
+           }),
+           py::arg("lengths"), py::arg("capacity"), py::arg("algorithm"), py::arg("overlong"), py::arg("max_per_row"),
+           py::arg("world_size"), py::arg("micro_batch"), py::arg("seed"), py::arg("epoch"), py::arg("remainder"),
+           py::arg("balance"), py::arg("consumed_rows"))
+      .def_property_readonly("steps", &plan_handle::steps)
+      .def("indices", &plan_handle::indices, py::arg("step"), py::arg("rank"))
+      .def("consumed_rows_after", [](const plan_handle& p, std::uint64_t steps) {
+        return p.plan->schedule.consumed_rows_after(steps);
+      })
+      .def_property_readonly("packing_report", [](const plan_handle& p) { return to_dict(p.plan->packed.report); })
+      .def_property_readonly("schedule_report", [](const plan_handle& p) { return to_dict(p.plan->schedule.report()); });
+
+  py::class_<dataset_handle>(m, "Dataset")
+      .def(py::init([](const std::vector<std::filesystem::path>& where) {
+             py::gil_scoped_release unlocked;
+             return open_dataset(where);
+           }),
+           py::arg("paths"))
+      .def("__len__", [](const dataset_handle& d) { return d.dataset->size(); })
+      .def_property_readonly("prefixes", [](const dataset_handle& d) { return d.prefixes; })
+      .def_property_readonly("shard_sizes",
+                             [](const dataset_handle& d) {
+                               std::vector<std::uint64_t> sizes;
+                               for (const indexed_dataset& s : d.dataset->shards()) sizes.push_back(s.size());
+                               return sizes;
+                             })
+      .def_property_readonly("lengths", [](const py::object& self) {
+        const auto& lengths = self.cast<const dataset_handle&>().lengths;
+        return read_only_array<std::uint32_t>(lengths.data(), {static_cast<py::ssize_t>(lengths.size())},
+                                              {sizeof(std::uint32_t)}, self);
+      });
+
+  m.def(
+      "read_prompt_lengths",
+      [](const std::filesystem::path& path) {
+        loss_mask mask;
+        {
+          py::gil_scoped_release unlocked;
+          mask = loss_mask::open_prompt_lengths(path);
+        }
+        py::array_t<std::uint32_t> out(static_cast<py::ssize_t>(mask.size()));
+        auto* data = out.mutable_data();
+        for (std::size_t i = 0; i < mask.size(); ++i) data[i] = mask.prompt_length(i);
+        return out;
+      },
+      py::arg("path"));
+
+  m.def("distributed_env", [] {
+    const distributed_env env = distributed_env::from_environment();
+    return py::make_tuple(env.rank, env.world_size, env.local_rank, env.launcher);
+  });
+
+  py::class_<loader_arguments>(m, "LoaderArguments")
+      .def(py::init<>())
+      .def_readwrite("rank", &loader_arguments::rank)
+      .def_readwrite("pad_to_multiple", &loader_arguments::pad_to_multiple)
+      .def_readwrite("train_on_inputs", &loader_arguments::train_on_inputs)
+      .def_readwrite("ignore_index", &loader_arguments::ignore_index)
+      .def_readwrite("pad_token_id", &loader_arguments::pad_token_id)
+      .def_readwrite("threads", &loader_arguments::threads)
+      .def_readwrite("depth", &loader_arguments::depth)
+      .def_readwrite("start_step", &loader_arguments::start_step);
+
+  bind_loader<std::int32_t>(m, "BatchLoader32");
+  bind_loader<std::int64_t>(m, "BatchLoader64");
+}

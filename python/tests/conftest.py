@@ -1,0 +1,61 @@
+"""What every Python test shares: the repository's real Alpaca sample, multipack-bench, thread counts."""
+
+import os
+import pathlib
+import subprocess
+
+import numpy as np
+import pytest
+
+SOURCE = pathlib.Path(os.environ.get("MULTIPACK_SOURCE_DIR", pathlib.Path(__file__).resolve().parents[2]))
+ALPACA = SOURCE / "data" / "alpaca"
+PREFIX = ALPACA / "alpaca_llama"
+
+
+@pytest.fixture(scope="session")
+def prefix() -> str:
+    return str(PREFIX)
+
+
+@pytest.fixture(scope="session")
+def lengths() -> np.ndarray:
+    """The 5,000 real Alpaca lengths, as lengths.txt lists them."""
+    return np.loadtxt(ALPACA / "lengths.txt", dtype=np.int64)
+
+
+@pytest.fixture(scope="session")
+def prompt_lengths_file() -> str:
+    return str(ALPACA / "prompt_lengths.txt")
+
+
+@pytest.fixture(scope="session")
+def bench() -> str:
+    """multipack-bench of the same build, for equivalence with the C++ command."""
+    path = os.environ.get("MULTIPACK_BENCH")
+    if not path or not os.path.exists(path):
+        pytest.skip("MULTIPACK_BENCH is not set: multipack-bench is not built")
+    return path
+
+
+def run_bench(bench: str, *args: str) -> str:
+    done = subprocess.run([bench, *args], capture_output=True, text=True)
+    assert done.returncode == 0, f"multipack-bench {' '.join(args)} failed:\n{done.stderr}"
+    return done.stdout
+
+
+def read_plan_dump(path) -> dict:
+    """multipack-bench plan --dump-plan: {(step, rank): [each row's sample indices]} (a whole
+    sample is written as its index, a piece of one as sample:begin:end)."""
+    steps: dict = {}
+    for line in open(path):
+        fields = line.split()
+        if not fields or not fields[0].isdigit():
+            continue
+        step, rank = int(fields[1]), int(fields[2])
+        steps.setdefault((step, rank), []).append([int(p.split(":")[0]) for p in fields[4:]])
+    return steps
+
+
+def threads_of_process() -> int:
+    """Threads of this process now (C++ threads included, which threading does not see)."""
+    return len(os.listdir("/proc/self/task"))

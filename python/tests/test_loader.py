@@ -1,0 +1,189 @@
+"""multipack.Loader: the batches of multipack-bench load, arrays over the pool that stay valid
+while referenced, threads that stop, C++ errors as Python exceptions."""
+
+import gc
+import itertools
+import os
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+import multipack
+from conftest import run_bench, threads_of_process
+
+ARRAYS = ["input_ids", "labels", "position_ids", "sequence_ids", "cu_seqlens"]
+
+
+def bench_batches(bench, tmp_path, prefix, count, *options):
+    out = tmp_path / "dump"
+    run_bench(bench, "load", "--data", prefix, "--dump-batches", str(out), "--dump-count", str(count), *options)
+    return out
+
+
+@pytest.mark.parametrize("dtype, flags", [(np.int32, []), (np.int64, ["--int64"])])
+def test_the_batches_of_multipack_bench_load(bench, tmp_path, prefix, prompt_lengths_file, dtype, flags):
+    out = bench_batches(bench, tmp_path, prefix, 6, "--prompt-lengths", prompt_lengths_file, "--world-size", "2",
+                        "--rank", "1", "--micro-batch", "3", "--capacity", "2048", "--seed", "5", "--epoch", "1",
+                        "--algorithm", "randomized-exact-fit", "--start-step", "2", *flags)
+    loader = multipack.Loader(prefix, capacity=2048, micro_batch=3, world_size=2, rank=1, seed=5, epoch=1,
+                              algorithm="randomized-exact-fit", prompt_lengths=prompt_lengths_file, dtype=dtype,
+                              start_step=2, threads=2)
+    for batch in itertools.islice(loader, 6):
+        step = batch["step"]
+        for name in ARRAYS:
+            want = np.load(out / f"step{step:06d}_rank1_{name}.npy")
+            assert batch[name].dtype == want.dtype, name
+            assert np.array_equal(batch[name], want), f"{name} of step {step}"
+        assert batch["max_seqlen"] == np.load(out / f"step{step:06d}_rank1_max_seqlen.npy")
+        assert batch["loss_tokens"] == np.count_nonzero(batch["labels"] != -100)
+        assert batch["rank"] == 1
+    assert step == 7
+
+
+def test_a_token_mask_gives_the_prompt_lengths_batches(bench, tmp_path, prefix, prompt_lengths_file):
+    # convert --labels-field writes a per-token mask; here one made from the prompt lengths.
+    lengths = np.loadtxt(os.path.join(os.path.dirname(prefix), "lengths.txt"), dtype=np.int64)
+    prompts = multipack.read_prompt_lengths(prompt_lengths_file)
+    mask = tmp_path / "mask"
+    write_token_mask(mask, [np.arange(n) >= p for n, p in zip(lengths, prompts)])
+    by_prompts = multipack.Loader(prefix, 2048, 4, world_size=1, rank=0, prompt_lengths=prompts)
+    by_mask = multipack.Loader(prefix, 2048, 4, world_size=1, rank=0, loss_mask=str(mask))
+    for a, b in zip(by_prompts, by_mask):
+        assert np.array_equal(a["labels"], b["labels"]) and a["loss_tokens"] == b["loss_tokens"]
+
+
+def write_token_mask(prefix, masks):
+    """A Megatron indexed dataset of uint8 0/1, one sample a mask (MMIDIDX version 1)."""
+    sizes = np.array([len(m) for m in masks], dtype=np.int32)
+    pointers = np.concatenate([[0], np.cumsum(sizes[:-1], dtype=np.int64)]).astype(np.int64)
+    with open(f"{prefix}.bin", "wb") as f:
+        for m in masks:
+            f.write(np.asarray(m, dtype=np.uint8).tobytes())
+    with open(f"{prefix}.idx", "wb") as f:
+        f.write(b"MMIDIDX\x00\x00")
+        f.write(np.array([1], dtype=np.uint64).tobytes())
+        f.write(np.array([1], dtype=np.uint8).tobytes())  # dtype code 1: uint8
+        f.write(np.array([len(masks)], dtype=np.uint64).tobytes())
+        f.write(np.array([len(masks) + 1], dtype=np.uint64).tobytes())
+        f.write(sizes.tobytes())
+        f.write(pointers.tobytes())
+        f.write(np.arange(len(masks) + 1, dtype=np.int64).tobytes())
+
+
+def test_len_is_the_step_count_and_every_sample_comes_once(prefix, lengths):
+    loader = multipack.Loader(prefix, capacity=4096, micro_batch=4, world_size=1, rank=0, depth=3)
+    batches = 0
+    tokens = 0
+    for batch in loader:
+        batches += 1
+        tokens += batch["real_tokens"]
+        assert batch["input_ids"].shape == (4, 4096)
+        segments = np.diff(batch["cu_seqlens"])
+        assert segments.sum() == 4 * 4096 and segments.max() == batch["max_seqlen"]
+    assert batches == len(loader) and tokens == lengths.sum()
+
+
+def test_kept_arrays_stay_valid_while_the_pool_goes_on(prefix):
+    loader = multipack.Loader(prefix, capacity=1024, micro_batch=2, world_size=1, rank=0, depth=2, threads=2)
+    it = iter(loader)
+    kept = next(it)
+    labels = kept["labels"]                      # one array of the batch, the rest dropped
+    copy = labels.copy()
+    del kept
+    later = [next(it)["input_ids"].copy() for _ in range(20)]  # each buffer is reused many times
+    assert np.array_equal(labels, copy), "a kept array was overwritten: its buffer went back to the pool"
+    assert not np.array_equal(later[0], later[1])
+    view = labels[1:, 5:]                        # a view of a view keeps the buffer too
+    del labels
+    gc.collect()
+    for _ in range(5):
+        next(it)
+    assert np.array_equal(view, copy[1:, 5:])
+
+
+def test_holding_every_buffer_is_an_error_not_a_hang(prefix):
+    loader = multipack.Loader(prefix, capacity=1024, micro_batch=2, world_size=1, rank=0, depth=2)
+    it = iter(loader)
+    held = [next(it), next(it)]
+    with pytest.raises(ValueError, match="buffer"):
+        next(it)
+    del held
+
+
+def test_break_and_garbage_collection_stop_the_threads(prefix):
+    before = threads_of_process()
+    for batch in multipack.Loader(prefix, capacity=2048, micro_batch=2, world_size=1, rank=0, threads=3):
+        break
+    del batch
+    gc.collect()
+    assert threads_of_process() == before, "the loop ended but the workers still run"
+
+    loader = multipack.Loader(prefix, capacity=2048, micro_batch=2, world_size=1, rank=0, threads=3)
+    it = iter(loader)
+    next(it)
+    assert threads_of_process() == before + 3
+    del it
+    gc.collect()
+    assert threads_of_process() == before
+    with multipack.Loader(prefix, capacity=2048, world_size=1, rank=0, threads=2) as scoped:
+        next(iter(scoped))
+    assert threads_of_process() == before
+
+
+def test_resume_from_state_dict_is_the_tail(prefix, prompt_lengths_file):
+    options = dict(capacity=2048, micro_batch=2, world_size=2, rank=0, seed=3, prompt_lengths=prompt_lengths_file)
+    full = [b["input_ids"].copy() for b in multipack.Loader(prefix, **options)]
+    run = multipack.Loader(prefix, **options)
+    taken = [b["input_ids"].copy() for b in itertools.islice(run, 9)]
+    resumed = multipack.Loader(prefix, **options)
+    resumed.load_state_dict(run.state_dict())
+    tail = [b["input_ids"].copy() for b in resumed]
+    assert len(taken + tail) == len(full) == len(run)
+    assert all(np.array_equal(a, b) for a, b in zip(taken + tail, full))
+
+
+def test_epochs(prefix):
+    loader = multipack.Loader(prefix, capacity=2048, micro_batch=2, world_size=1, rank=0)
+    first = next(iter(loader))["input_ids"].copy()
+    loader.set_epoch(1)
+    assert not np.array_equal(next(iter(loader))["input_ids"], first)
+    loader.set_epoch(0)
+    assert np.array_equal(next(iter(loader))["input_ids"], first)
+
+
+def test_torch_tensors_over_the_same_memory(prefix):
+    loader = multipack.Loader(prefix, capacity=1024, micro_batch=2, world_size=1, rank=0, dtype="int64",
+                              as_torch=True)
+    batch = next(iter(loader))
+    assert isinstance(batch["input_ids"], torch.Tensor) and batch["input_ids"].dtype == torch.int64
+    assert batch["cu_seqlens"].dtype == torch.int32
+    embedded = torch.nn.Embedding(32000, 4)(batch["input_ids"])
+    assert embedded.shape == (2, 1024, 4)
+    assert int((batch["labels"] != -100).sum()) == batch["loss_tokens"]
+
+
+def test_errors_carry_the_library_message(prefix, tmp_path):
+    with pytest.raises(ValueError, match="missing"):
+        multipack.Loader(str(tmp_path / "missing"), world_size=1, rank=0)
+    with pytest.raises(ValueError, match="outside"):
+        multipack.Loader(prefix, world_size=2, rank=5)
+    with pytest.raises(ValueError, match="int32 or int64"):
+        multipack.Loader(prefix, world_size=1, rank=0, dtype=np.float32)
+    with pytest.raises(ValueError, match="threads"):
+        multipack.Loader(prefix, world_size=1, rank=0, threads=0)
+    with pytest.raises(multipack.FormatError, match="prompt"):
+        multipack.Loader(prefix, world_size=1, rank=0, prompt_lengths=[1, 2, 3])
+    # A truncated index: the message names the file and what is wrong, as the C++ one does.
+    broken = tmp_path / "broken"
+    shutil.copy(prefix + ".bin", str(broken) + ".bin")
+    data = open(prefix + ".idx", "rb").read()
+    open(str(broken) + ".idx", "wb").write(data[: len(data) // 2])
+    with pytest.raises(multipack.FormatError, match="broken.idx") as caught:
+        multipack.Loader(str(broken), world_size=1, rank=0)
+    assert isinstance(caught.value, ValueError)
+    # A file the system does not open: an OSError naming it.
+    with pytest.raises(OSError, match="absent.txt") as caught:
+        multipack.Loader(prefix, world_size=1, rank=0, prompt_lengths=str(tmp_path / "absent.txt"))
+    assert isinstance(caught.value, multipack.FileError)

@@ -1,0 +1,139 @@
+"""multipack.pack: rows over the C++ result, every sample exactly once, the report, the errors."""
+
+import gc
+
+import numpy as np
+import pytest
+
+import multipack
+
+
+def covered(packing, lengths):
+    """Per sample, the tokens the rows hold of it, checking that no row is over capacity."""
+    offsets = packing.row_offsets
+    pieces = packing.pieces
+    capacity = packing.report["capacity"]
+    assert offsets[0] == 0 and offsets[-1] == len(pieces) and np.all(np.diff(offsets.astype(np.int64)) >= 1)
+    tokens = (pieces[:, 2].astype(np.int64) - pieces[:, 1])
+    assert np.all(tokens > 0)
+    row_tokens = np.add.reduceat(tokens, offsets[:-1].astype(np.int64)) if len(packing) else np.zeros(0)
+    assert np.all(row_tokens <= capacity), "a row is over capacity"
+    held = np.zeros(len(lengths), dtype=np.int64)
+    np.add.at(held, pieces[:, 0].astype(np.int64), tokens)
+    return held
+
+
+@pytest.mark.parametrize("algorithm", ["exact-fit", "randomized-exact-fit", "best-fit-decreasing",
+                                       "first-fit-decreasing", "next-fit"])
+def test_every_sample_once_on_alpaca(lengths, algorithm):
+    packing = multipack.pack(lengths, 2048, algorithm=algorithm, seed=3)
+    held = covered(packing, lengths)
+    assert np.array_equal(held, lengths), "a sample is missing, repeated or cut"
+    r = packing.report
+    assert r["rows"] == len(packing) and r["samples"] == len(lengths) and r["tokens"] == lengths.sum()
+    assert r["packed_samples"] == np.count_nonzero(lengths) and r["dropped_samples"] == 0
+    assert r["lower_bound"] == -(-int(lengths.sum()) // 2048) and r["rows"] >= r["lower_bound"]
+    assert 0 < r["efficiency"] <= 1
+
+
+def test_overlong_policies(lengths):
+    capacity = 256
+    over = lengths > capacity
+    assert over.any(), "the Alpaca sample has samples over 256 tokens"
+    dropped = multipack.pack(lengths, capacity, overlong="drop")
+    held = covered(dropped, lengths)
+    assert np.array_equal(held, np.where(over, 0, lengths))
+    assert dropped.report["dropped_samples"] == over.sum()
+    assert dropped.report["dropped_tokens"] == lengths[over].sum()
+
+    truncated = multipack.pack(lengths, capacity, overlong="truncate")
+    assert np.array_equal(covered(truncated, lengths), np.minimum(lengths, capacity))
+    split = multipack.pack(lengths, capacity, overlong="split")
+    assert np.array_equal(covered(split, lengths), lengths)
+    assert split.report["split_samples"] == over.sum()
+
+    with pytest.raises(multipack.SampleError, match="sample") as caught:
+        multipack.pack(lengths, capacity, overlong="error")
+    assert isinstance(caught.value, ValueError)
+
+
+def test_rows_are_views_over_the_packing(lengths):
+    packing = multipack.pack(lengths.astype(np.uint32), 4096)
+    pieces, offsets = packing.pieces, packing.row_offsets
+    assert pieces.dtype == np.uint32 and pieces.shape == (packing.report["pieces"], 3)
+    assert offsets.dtype == np.uint64 and offsets.shape == (len(packing) + 1,)
+    for array in (pieces, offsets):
+        assert not array.flags.owndata and not array.flags.writeable
+        with pytest.raises(ValueError):
+            array[0] = 1
+    # Twelve bytes a piece: the columns are strided views, not copies.
+    assert pieces.strides == (12, 4)
+    row = packing.row(3)
+    assert np.shares_memory(row, pieces)
+    assert np.array_equal(row, pieces[offsets[3]:offsets[4]])
+    assert np.array_equal(packing.row(-1), pieces[offsets[-2]:])
+    with pytest.raises(IndexError):
+        packing.row(len(packing))
+    # The arrays keep the C++ result alive.
+    expected = pieces.copy()
+    del packing, row
+    gc.collect()
+    assert np.array_equal(pieces, expected)
+
+
+@pytest.mark.parametrize("convert", [lambda a: a.astype(np.int32), lambda a: a.astype(np.uint16),
+                                     lambda a: a.astype(np.uint64), lambda a: list(map(int, a)),
+                                     lambda a: tuple(a.astype(np.int16)), lambda a: a[::-1][::-1]])
+def test_any_integer_lengths_give_the_same_rows(lengths, convert):
+    want = multipack.pack(lengths, 2048)
+    got = multipack.pack(convert(lengths), 2048)
+    assert np.array_equal(got.pieces, want.pieces) and np.array_equal(got.row_offsets, want.row_offsets)
+
+
+def test_randomized_depends_on_seed_and_epoch_only(lengths):
+    a = multipack.pack(lengths, 2048, algorithm="randomized-exact-fit", seed=1, epoch=0)
+    b = multipack.pack(lengths, 2048, algorithm="randomized-exact-fit", seed=1, epoch=0)
+    c = multipack.pack(lengths, 2048, algorithm="randomized-exact-fit", seed=1, epoch=1)
+    assert np.array_equal(a.pieces, b.pieces)
+    assert not np.array_equal(a.pieces, c.pieces)
+
+
+def test_max_per_row(lengths):
+    packing = multipack.pack(lengths, 4096, max_per_row=4)
+    assert np.diff(packing.row_offsets.astype(np.int64)).max() <= 4
+    assert np.array_equal(covered(packing, lengths), lengths)
+
+
+def test_empty_and_zero_lengths():
+    assert len(multipack.pack([], 16)) == 0
+    packing = multipack.pack([0, 5, 0], 16)
+    assert len(packing) == 1 and packing.report["empty_samples"] == 2
+    assert packing.pieces.tolist() == [[1, 0, 5]]
+
+
+@pytest.mark.parametrize("lengths, error, message", [
+    ([3, -1], ValueError, "negative"),
+    ([1.5, 2.0], TypeError, "integers"),
+    ([True, False], TypeError, "integers"),
+    (["3"], TypeError, "integers"),
+    ([[1, 2], [3, 4]], ValueError, "one-dimensional"),
+    ([2**40], ValueError, "sample 0"),
+])
+def test_bad_lengths_are_refused(lengths, error, message):
+    with pytest.raises(error, match=message):
+        multipack.pack(lengths, 16)
+
+
+@pytest.mark.parametrize("options, error, message", [
+    ({"capacity": 0}, ValueError, "capacity"),
+    ({"capacity": 2**27}, ValueError, "capacity"),
+    ({"capacity": -4}, ValueError, "capacity"),
+    ({"capacity": 4.0}, TypeError, "capacity"),
+    ({"algorithm": "best-fit"}, ValueError, "exact-fit"),
+    ({"overlong": "wrap"}, ValueError, "truncate"),
+    ({"max_per_row": True}, TypeError, "max_per_row"),
+])
+def test_bad_options_are_refused(lengths, options, error, message):
+    arguments = {"capacity": 2048, **options}
+    with pytest.raises(error, match=message):
+        multipack.pack(lengths, **arguments)

@@ -1,0 +1,154 @@
+"""multipack.BatchSampler: this rank's micro-batches as index lists, the same plan as
+multipack-bench plan, every sample once per epoch across ranks, exact resume."""
+
+import itertools
+import pickle
+
+import numpy as np
+import pytest
+import torch.utils.data
+
+import multipack
+from conftest import read_plan_dump, run_bench
+
+
+def epoch_of(lengths, world_size, **options):
+    """Every rank's steps of one epoch: [rank][step] = list of rows of indices."""
+    return [list(multipack.BatchSampler(lengths, world_size=world_size, rank=r, **options))
+            for r in range(world_size)]
+
+
+def test_is_a_torch_sampler_and_a_batch_sampler(lengths):
+    sampler = multipack.BatchSampler(lengths, 2048, micro_batch=4, world_size=1, rank=0)
+    assert isinstance(sampler, torch.utils.data.Sampler)
+
+    class Rows(torch.utils.data.Dataset):
+        """Indexed by a list of indices, as a Hugging Face datasets.Dataset is."""
+
+        def __getitem__(self, indices):
+            return [int(lengths[i]) for i in indices]
+
+    loader = torch.utils.data.DataLoader(Rows(), batch_sampler=sampler, collate_fn=lambda rows: rows)
+    first = next(iter(loader))
+    # The DataLoader fetches each row of a step's item: one list of sample lengths a row.
+    assert len(first) == 4 and all(0 < sum(row) <= 2048 for row in first)
+    assert len(loader) == len(sampler)
+
+
+@pytest.mark.parametrize("world_size, micro_batch, algorithm", [(1, 16, "exact-fit"), (4, 2, "exact-fit"),
+                                                                (3, 5, "randomized-exact-fit")])
+def test_every_sample_once_per_epoch_across_ranks(lengths, world_size, micro_batch, algorithm):
+    capacity = 2048
+    ranks = epoch_of(lengths, world_size, capacity=capacity, micro_batch=micro_batch, algorithm=algorithm, seed=5)
+    steps = {len(r) for r in ranks}
+    assert len(steps) == 1, f"ranks take different step counts: {steps}"
+    assert steps.pop() == len(multipack.BatchSampler(lengths, capacity, micro_batch, world_size=world_size, rank=0,
+                                                     algorithm=algorithm, seed=5))
+    seen = [i for rank in ranks for step in rank for row in step for i in row]
+    assert sorted(seen) == list(np.flatnonzero(lengths)), "a sample is missing or repeated"
+    for rank in ranks:
+        for step in rank:
+            assert len(step) == micro_batch
+            for row in step:
+                assert lengths[row].sum() <= capacity
+
+
+def test_the_plan_of_multipack_bench(lengths, prefix, bench, tmp_path):
+    options = dict(capacity=1024, micro_batch=3, algorithm="randomized-exact-fit", seed=11, epoch=2)
+    run_bench(bench, "plan", "--data", prefix, "--world-size", "2", "--micro-batch", "3", "--capacity", "1024",
+              "--algorithm", "randomized-exact-fit", "--seed", "11", "--epoch", "2", "--dump-plan",
+              str(tmp_path / "plan.txt"))
+    dump = read_plan_dump(tmp_path / "plan.txt")
+    for rank in range(2):
+        sampler = multipack.BatchSampler(lengths, world_size=2, rank=rank, **options)
+        for step, rows in enumerate(sampler):
+            assert rows == dump[(step, rank)], f"step {step} of rank {rank}"
+        assert len(sampler) == 1 + max(s for s, r in dump if r == rank)
+
+
+def test_epochs_reorder_and_still_cover(lengths):
+    sampler = multipack.BatchSampler(lengths, 2048, 8, world_size=1, rank=0)
+    first = list(sampler)
+    assert list(sampler) == first, "iterating again repeats the epoch"
+    sampler.set_epoch(1)
+    second = list(sampler)
+    assert second != first
+    flat = lambda steps: sorted(i for step in steps for row in step for i in row)
+    assert flat(first) == flat(second)
+
+
+def test_resume_from_state_dict_is_the_tail(lengths):
+    options = dict(capacity=2048, micro_batch=4, world_size=2, rank=1, seed=9, algorithm="randomized-exact-fit")
+    full = list(multipack.BatchSampler(**options, lengths=lengths, epoch=3))
+    run = multipack.BatchSampler(lengths, **options, epoch=3)
+    taken = list(itertools.islice(iter(run), 7))
+    state = pickle.loads(pickle.dumps(run.state_dict()))  # what a checkpoint holds survives pickling
+    assert state["epoch"] == 3 and state["step"] == 7
+    resumed = multipack.BatchSampler(lengths, **options)
+    resumed.load_state_dict(state)
+    tail = list(resumed)
+    assert taken + tail == full
+    assert list(resumed) == full, "the iteration after the resumed one is the whole epoch again"
+
+
+def test_restart_with_another_world_size_trains_on_the_rest(lengths):
+    options = dict(capacity=2048, micro_batch=2, seed=4)
+    before = [multipack.BatchSampler(lengths, world_size=4, rank=r, **options) for r in range(4)]
+    its = [iter(s) for s in before]
+    trained = [i for _ in range(5) for it in its for row in next(it) for i in row]
+    state = before[0].state_dict()
+    assert all(s.state_dict() == state for s in before), "every rank saves the same state"
+    after = []
+    for r in range(3):
+        sampler = multipack.BatchSampler(lengths, world_size=3, rank=r, **options)
+        sampler.load_state_dict(state)
+        after.append(list(sampler))
+    assert len({len(a) for a in after}) == 1
+    rest = [i for steps in after for step in steps for row in step for i in row]
+    assert sorted(trained + rest) == list(np.flatnonzero(lengths))
+
+
+def test_world_from_the_environment(lengths, monkeypatch):
+    monkeypatch.setenv("RANK", "2")
+    monkeypatch.setenv("WORLD_SIZE", "3")
+    sampler = multipack.BatchSampler(lengths, 2048, 2)
+    assert (sampler.rank, sampler.world_size) == (2, 3)
+    assert list(sampler) == list(multipack.BatchSampler(lengths, 2048, 2, world_size=3, rank=2))
+    monkeypatch.setenv("RANK", "3")
+    with pytest.raises(multipack.OptionError, match="RANK"):
+        multipack.BatchSampler(lengths, 2048, 2)
+
+
+def test_padding_rows_complete_the_last_step(lengths):
+    sampler = multipack.BatchSampler(lengths, 4096, micro_batch=7, world_size=3, rank=0)
+    report = sampler.report
+    padded = report["schedule"]["padded_rows"]
+    rows = [row for r in range(3) for step in multipack.BatchSampler(lengths, 4096, 7, world_size=3, rank=r)
+            for row in step]
+    assert sum(1 for row in rows if row == []) == padded
+    dropped = multipack.BatchSampler(lengths, 4096, 7, world_size=3, rank=0, remainder="drop")
+    assert all(row for step in dropped for row in step)
+
+
+def test_bad_arguments(lengths):
+    with pytest.raises(ValueError, match="split"):
+        multipack.BatchSampler(lengths, 256, overlong="split", world_size=1, rank=0)
+    with pytest.raises(ValueError, match="outside the world"):
+        multipack.BatchSampler(lengths, 2048, world_size=2, rank=2)
+    with pytest.raises(ValueError, match="micro_batch"):
+        multipack.BatchSampler(lengths, 2048, micro_batch=0, world_size=1, rank=0)
+    with pytest.raises(ValueError, match="remainder policy"):
+        multipack.BatchSampler(lengths, 2048, remainder="keep", world_size=1, rank=0)
+    sampler = multipack.BatchSampler(lengths, 2048, world_size=1, rank=0)
+    with pytest.raises(ValueError, match="seed"):
+        sampler.load_state_dict({**sampler.state_dict(), "seed": 1})
+    with pytest.raises(ValueError, match="step"):
+        sampler.load_state_dict({**sampler.state_dict(), "step": 10**6})
+    with pytest.raises(ValueError, match="consumed_rows"):
+        sampler.load_state_dict({"epoch": 0, "step": 0, "world_size": 1, "micro_batch": 1, "seed": 0})
+
+
+def test_truncated_samples_keep_their_index(lengths):
+    sampler = multipack.BatchSampler(lengths, 256, 4, world_size=1, rank=0, overlong="truncate")
+    seen = sorted(i for step in sampler for row in step for i in row)
+    assert seen == list(np.flatnonzero(lengths))
