@@ -29,6 +29,7 @@ vcpkg_cmake_configure(
         -DMULTIPACK_BUILD_TESTS=OFF
         -DMULTIPACK_BUILD_BENCHMARKS=OFF
         -DMULTIPACK_BUILD_EXAMPLES=OFF
+        -DMULTIPACK_BUILD_PYTHON=OFF
 )
 vcpkg_cmake_install()
 
