@@ -187,3 +187,22 @@ def test_errors_carry_the_library_message(prefix, tmp_path):
     with pytest.raises(OSError, match="absent.txt") as caught:
         multipack.Loader(prefix, world_size=1, rank=0, prompt_lengths=str(tmp_path / "absent.txt"))
     assert isinstance(caught.value, multipack.FileError)
+
+
+def test_a_worker_error_arrives_as_a_python_exception(prefix, tmp_path):
+    # The .bin rewritten under a running loader: the worker that builds the next batch finds it
+    # changed and throws; the batches before arrive first, then the C++ error, as an OSError.
+    copy = tmp_path / "copy"
+    shutil.copy(prefix + ".bin", str(copy) + ".bin")
+    shutil.copy(prefix + ".idx", str(copy) + ".idx")
+    loader = multipack.Loader(str(copy), capacity=512, micro_batch=1, world_size=1, rank=0, depth=2, threads=1)
+    it = iter(loader)
+    next(it)
+    stat = os.stat(str(copy) + ".bin")
+    os.utime(str(copy) + ".bin", ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))
+    with pytest.raises(multipack.FileError, match="changed since it was opened") as caught:
+        for _ in range(len(loader)):
+            next(it)
+    assert isinstance(caught.value, OSError)
+    with pytest.raises(multipack.FileError):  # and at every later call
+        next(it)
