@@ -139,9 +139,12 @@ class prefetcher {
         expected_(first_step),
         end_(end_step),
         depth_(options.depth),
-        pool_(std::make_shared<pool>(options.depth + options.threads)),
+        // Each queue gets spare blocks beyond what its items need: a dequeuer preempted between
+        // taking a block's last item and handing the block back would otherwise leave the
+        // producer no free block, and it would allocate one mid-epoch (seen under load).
+        pool_(std::make_shared<pool>(options.depth + options.threads + spare_items)),
         // Blocks for every worker's first enqueue, allocated now rather than at a batch.
-        ready_(options.depth + 1, options.threads, 1),
+        ready_(options.depth + 1 + spare_items, options.threads, 1),
         arrived_(options.depth),
         start_(clock::now()) {
     if (first_step > end_step)
@@ -185,9 +188,7 @@ class prefetcher {
       throw option_error("prefetcher: the consumer holds all " + std::to_string(depth_) +
                          " buffers; release a batch before asking for the next");
     built& slot = arrived_[expected_ % depth_];
-    std::size_t ready = slot.buffer != nullptr ? 1 : 0;
-    for (std::size_t k = 1; k < depth_; ++k) ready += arrived_[(expected_ + k) % depth_].buffer != nullptr ? 1 : 0;
-    ready += ready_.size_approx();
+    const std::size_t ready = arrived_count_ + ready_.size_approx();
     max_ready_ = std::max(max_ready_, ready);
     ready_sum_ += static_cast<double>(ready);
     ++next_calls_;
@@ -201,8 +202,10 @@ class prefetcher {
         wait_ += clock::now() - start;
       }
       arrived_[item.step % depth_] = std::move(item);
+      ++arrived_count_;
     }
     built item = std::exchange(slot, built{});
+    --arrived_count_;
     if (item.error) {
       // The buffer of the failed build goes back; the failure stays for later calls.
       pool_->free.enqueue(item.buffer);
@@ -232,6 +235,7 @@ class prefetcher {
 
  private:
   using clock = std::chrono::steady_clock;
+  static constexpr std::size_t spare_items = 2 * detail::queue_traits::BLOCK_SIZE;  // two blocks
 
   void work(moodycamel::ProducerToken& token) noexcept {
     for (;;) {
@@ -275,6 +279,7 @@ class prefetcher {
   std::shared_ptr<pool> pool_;
   detail::blocking_queue<built> ready_;
   std::vector<built> arrived_;  // built batches by step % depth, until their turn
+  std::size_t arrived_count_ = 0;  // batches in arrived_: counted, not scanned for (O(1) a next())
   std::atomic<bool> stopping_{false};
   std::exception_ptr failure_;
   std::uint64_t delivered_ = 0;
