@@ -418,10 +418,8 @@ inline constexpr struct shard_fn {
   /// not 4294967295) when it is outside the world.
   template <plain_integral Rank>
   [[nodiscard]] auto operator()(const schedule_options& options, Rank rank) const {
-    if (!std::in_range<std::uint32_t>(rank))
-      throw option_error("views::shard: rank " + std::to_string(rank) + " is outside the world of " +
-                         std::to_string(options.world_size) + " ranks");
-    return detail::pipe_closure{[options, rank = static_cast<std::uint32_t>(rank)]<class R>(R&& rows)
+    return detail::pipe_closure{[options, rank = detail::rank_argument(rank, options.world_size, "views::shard")]<class R>(
+                                    R&& rows)
                                   requires std::ranges::viewable_range<R> && row_range<std::views::all_t<R>>
                                 { return shard_view<std::views::all_t<R>>(std::views::all(std::forward<R>(rows)), options, rank); }};
   }

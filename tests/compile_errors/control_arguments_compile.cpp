@@ -3,14 +3,17 @@
 // name where an integer or a name goes): the same headers and calls, with the arguments they
 // are meant to take, so that a case failing for a reason of its own cannot pass.
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "multipack/data/in_memory_dataset.hpp"
 #include "multipack/data/length_list.hpp"
 #include "multipack/data/llmc_dataset.hpp"
 #include "multipack/data/loss_mask.hpp"
 #include "multipack/data/prompt_lengths_writer.hpp"
 #include "multipack/pack/pack.hpp"
+#include "multipack/pipeline/batch_loader.hpp"
 #include "multipack/views.hpp"
 
 int main() {
@@ -39,6 +42,15 @@ int main() {
   writer.add(12);
   writer.add(std::uint32_t{12});
   writer.add(prompts);
+  // batch_loader_rank_of_bool.cpp's call with an integer rank.
+  auto dataset_in_memory = std::make_shared<const multipack::in_memory_dataset<>>(
+      std::vector<std::vector<std::int32_t>>{{1, 2, 3}, {4, 5}});
+  const std::vector<std::uint32_t> sample_lengths{3, 2};
+  auto plan = std::make_shared<const multipack::epoch_plan>(
+      multipack::plan_epoch(sample_lengths, multipack::pack_options{.capacity = 8}, {.world_size = 2}));
+  multipack::batch_loader<multipack::in_memory_dataset<>> loader(dataset_in_memory, plan, rank, {}, {});
+  multipack::batch_loader<multipack::in_memory_dataset<>> wide(dataset_in_memory, plan, wide_rank, {}, {});
+
   (void)steps;
   (void)same;
   (void)packing;

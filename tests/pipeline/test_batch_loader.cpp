@@ -191,6 +191,12 @@ TEST_CASE("bad ranks, starts and masks are errors before any thread starts") {
   const auto plan = alpaca_plan(2, 4, 2048);
   CHECK(test::contains(test::message_of<option_error>([&] { batch_loader<indexed_dataset> l(dataset, plan, 2, {}, {}); }),
                        "rank 2 is outside the world of 2"));
+  // Named as given, not as the uint32 it would wrap to (4294967295, or 0 for 2^32).
+  CHECK(test::contains(test::message_of<option_error>([&] { batch_loader<indexed_dataset> l(dataset, plan, -1, {}, {}); }),
+                       "batch_loader: rank -1 is outside the world of 2"));
+  CHECK(test::contains(
+      test::message_of<option_error>([&] { batch_loader<indexed_dataset> l(dataset, plan, std::int64_t{1} << 32, {}, {}); }),
+      "rank 4294967296 is outside the world of 2"));
   CHECK(test::contains(
       test::message_of<option_error>([&] { batch_loader<indexed_dataset> l(dataset, plan, 0, {}, {}, plan->schedule.steps() + 1); }),
       "past the end"));

@@ -352,10 +352,11 @@ class device_loader {
   ///
   /// Throws cuda_error when there is no device (unless device.host_fallback) or a CUDA call
   /// fails, and what batch_loader's constructor throws (bad rank, start, mask, options).
-  /// options.memory is replaced by pinned memory. Cost: (prefetch.depth + batches_in_flight)
-  /// pinned and batches_in_flight device buffers of layout.bytes<T>() bytes, allocated here
-  /// and only here; prefetch.threads threads.
-  device_loader(std::shared_ptr<const D> dataset, std::shared_ptr<const epoch_plan> plan, std::uint32_t rank,
+  /// options.memory is replaced by pinned memory; `rank` as batch_loader takes it (no bool).
+  /// Cost: (prefetch.depth + batches_in_flight) pinned and batches_in_flight device buffers
+  /// of layout.bytes<T>() bytes, allocated here and only here; prefetch.threads threads.
+  template <plain_integral Rank>
+  device_loader(std::shared_ptr<const D> dataset, std::shared_ptr<const epoch_plan> plan, Rank rank,
                 batch_options options, prefetch_options prefetch, const device_options& device = {},
                 std::uint64_t start_step = 0)
       : options_((validate(prefetch), validate(device), device)),

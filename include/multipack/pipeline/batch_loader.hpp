@@ -193,12 +193,14 @@ class batch_loader {
   /// Throws option_error for a rank outside the plan's world, a start step past the end,
   /// bad options; format_error when the mask does not describe the dataset; sample_error when
   /// the plan refers to samples the dataset does not have. Cost: O(rows) checks, depth
-  /// buffers of layout_of(plan).bytes<T>() bytes, threads threads.
-  batch_loader(std::shared_ptr<const D> dataset, std::shared_ptr<const epoch_plan> plan, std::uint32_t rank,
+  /// buffers of layout_of(plan).bytes<T>() bytes, threads threads. `rank` is any integer type
+  /// but bool and the character types (a bool does not compile; -1 is named as given).
+  template <plain_integral Rank>
+  batch_loader(std::shared_ptr<const D> dataset, std::shared_ptr<const epoch_plan> plan, Rank rank,
                batch_options options, const prefetch_options& prefetch, std::uint64_t start_step = 0)
       : dataset_(std::move(dataset)),
         plan_(std::move(plan)),
-        rank_(rank),
+        rank_(detail::rank_argument(rank, plan_ ? plan_->schedule.world_size() : 0, "batch_loader")),
         options_(std::move(options)),
         layout_(checked_plan_layout()),
         rows_of_(plan_rows(plan_, rank_, layout_.micro_batch)),

@@ -8,6 +8,7 @@
 #include <string_view>
 #include <utility>
 
+#include "multipack/core/concepts.hpp"
 #include "multipack/core/detail/enum_names.hpp"
 #include "multipack/core/error.hpp"
 #include "multipack/core/random.hpp"
@@ -51,6 +52,22 @@ struct schedule_options {
   /// world size or micro-batch: the schedule starts after them. 0 for a fresh epoch.
   std::uint64_t consumed_rows = 0;
 };
+
+namespace detail {
+
+/// A rank given as any integer type but bool and the character types (plain_integral: a bool
+/// such as is_main would otherwise pass as rank 1), as the schedule keeps it. Throws
+/// option_error naming `who` and the rank as given (-1, not 4294967295) when no uint32 holds
+/// it; whether it is inside the world is the caller's check. O(1).
+template <plain_integral Rank>
+[[nodiscard]] std::uint32_t rank_argument(Rank rank, std::uint32_t world_size, const char* who) {
+  if (!std::in_range<std::uint32_t>(rank))
+    throw option_error(std::string(who) + ": rank " + std::to_string(rank) + " is outside the world of " +
+                       std::to_string(world_size) + " ranks");
+  return static_cast<std::uint32_t>(rank);
+}
+
+}  // namespace detail
 
 /// The most rows one global step may take (world_size x micro_batch): 2^24, 16 M rows, a
 /// thousand times any real job's, so that a mistyped option fails here rather than
