@@ -95,13 +95,10 @@ class _Epochs:
 
     def __init__(self, lengths, capacity, micro_batch, world_size, rank, seed, epoch, algorithm, overlong,
                  max_per_row, remainder, balance):
-        if (world_size is None) != (rank is None):
+        if world_size is None or rank is None:
             env = distributed_env()
             world_size = env["world_size"] if world_size is None else world_size
             rank = env["rank"] if rank is None else rank
-        elif world_size is None:
-            env = distributed_env()
-            world_size, rank = env["world_size"], env["rank"]
         self.world_size = _count("world_size", world_size, 1)
         self.rank = _count("rank", rank)
         if self.rank >= self.world_size:
@@ -119,7 +116,7 @@ class _Epochs:
         self._plan = None
         self._plan_key = None
         self._start_step = 0      # the step the next iteration starts at
-        self._consumed_rows = 0   # rows of this epoch a run of another shape trained on
+        self._consumed_rows = 0   # rows of this epoch before the plan's step 0 (a run of another shape's)
         self._next_step = 0       # the step after the last one handed out
         self.plan()  # bad options fail here, not at the first batch
 
@@ -148,18 +145,20 @@ class _Epochs:
             self._consumed_rows = 0
 
     def state_dict(self) -> Dict[str, Any]:
-        """Where training stands: the epoch, the steps of it handed out, and the rows those
-        hold (``consumed_rows``, for a restart with another world size or micro-batch)."""
-        plan = self.plan()
+        """Where training stands: the epoch, the steps of its plan handed out, the rows of the
+        epoch trained on (``consumed_rows``, for a restart with another world size or
+        micro-batch) and those before the plan's first step (``plan_consumed_rows``: not 0
+        after such a restart)."""
         return {"epoch": self.epoch, "step": self._next_step, "world_size": self.world_size,
                 "micro_batch": self.micro_batch, "seed": self.seed,
-                "consumed_rows": self._consumed_rows + plan.consumed_rows_after(self._next_step)}
+                "consumed_rows": self.plan().consumed_rows_after(self._next_step),
+                "plan_consumed_rows": self._consumed_rows}
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         """Resumes where ``state`` (a ``state_dict()``) stood: the next iteration yields exactly
         what the interrupted one would have yielded next. With another world size or
         micro-batch, the epoch resumes after the rows already trained on."""
-        for key in ("epoch", "step", "world_size", "micro_batch", "seed", "consumed_rows"):
+        for key in ("epoch", "step", "world_size", "micro_batch", "seed", "consumed_rows", "plan_consumed_rows"):
             if key not in state:
                 raise ValueError(f"load_state_dict: the state has no {key!r} (keys: {sorted(state)})")
         if _count("seed", state["seed"], 0, _UINT64) != self.seed:
@@ -168,7 +167,8 @@ class _Epochs:
         self.epoch = _count("epoch", state["epoch"], 0, _UINT64)
         step = _count("step", state["step"], 0, _UINT64)
         if state["world_size"] == self.world_size and state["micro_batch"] == self.micro_batch:
-            self._consumed_rows = 0
+            # The same plan as the saving run's: its step `step`.
+            self._consumed_rows = _count("plan_consumed_rows", state["plan_consumed_rows"], 0, _UINT64)
             if step > self.plan().steps:
                 raise ValueError(f"load_state_dict: step {step} is past the epoch's {self.plan().steps} steps")
         else:
