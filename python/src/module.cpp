@@ -22,7 +22,9 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include "multipack/core/error.hpp"
@@ -58,42 +60,33 @@ class lengths_argument {
     if (kind != 'i' && kind != 'u')
       throw py::type_error(std::string(what) + ": lengths must be integers, got dtype " +
                            py::str(array.dtype()).cast<std::string>());
-    if (kind == 'u' && array.itemsize() == 4) {
-      uint32_ = py::array_t<std::uint32_t, py::array::c_style | py::array::forcecast>::ensure(array);
-      held_ = held::uint32;
-    } else if (kind == 'u') {
-      uint64_ = py::array_t<std::uint64_t, py::array::c_style | py::array::forcecast>::ensure(array);
-      held_ = held::uint64;
-    } else {
-      int64_ = py::array_t<std::int64_t, py::array::c_style | py::array::forcecast>::ensure(array);
-      held_ = held::int64;
-    }
+    if (kind == 'u' && array.itemsize() == 4) values_ = array_of<std::uint32_t>::ensure(array);
+    else if (kind == 'u') values_ = array_of<std::uint64_t>::ensure(array);
+    else values_ = array_of<std::int64_t>::ensure(array);
   }
 
   /// Calls f with the lengths as a contiguous range (the GIL may be released inside f: the
-  /// arrays are held by this object).
+  /// array is held by this object).
   template <class F>
   decltype(auto) visit(F&& f) const {
-    switch (held_) {
-      case held::uint32:
-        return f(std::span<const std::uint32_t>(uint32_.data(), static_cast<std::size_t>(uint32_.size())));
-      case held::uint64:
-        return f(std::span<const std::uint64_t>(uint64_.data(), static_cast<std::size_t>(uint64_.size())));
-      case held::int64:
-        return f(std::span<const std::int64_t>(int64_.data(), static_cast<std::size_t>(int64_.size())));
-      case held::none:
-        break;
-    }
-    return f(std::span<const std::uint32_t>());
+    return std::visit(
+        [&f](const auto& held) {
+          using held_type = std::decay_t<decltype(held)>;
+          if constexpr (std::is_same_v<held_type, std::monostate>) {
+            return f(std::span<const std::uint32_t>());
+          } else {
+            using value = typename held_type::value_type;
+            return f(std::span<const value>(held.data(), static_cast<std::size_t>(held.size())));
+          }
+        },
+        values_);
   }
 
  private:
-  // Which array holds the values (a default-constructed array_t is an empty array, not null).
-  enum class held { none, uint32, uint64, int64 };
-  held held_ = held::none;
-  py::array_t<std::uint32_t, py::array::c_style | py::array::forcecast> uint32_;
-  py::array_t<std::uint64_t, py::array::c_style | py::array::forcecast> uint64_;
-  py::array_t<std::int64_t, py::array::c_style | py::array::forcecast> int64_;
+  template <class T>
+  using array_of = py::array_t<T, py::array::c_style | py::array::forcecast>;
+  // No values (an empty argument), or the array holding them.
+  std::variant<std::monostate, array_of<std::uint32_t>, array_of<std::uint64_t>, array_of<std::int64_t>> values_;
 };
 
 /// A read-only numpy array over `data`, kept alive by `owner` (the Python object that holds
@@ -287,9 +280,10 @@ class python_loader {
     batch["labels"] = over(v.labels);
     batch["position_ids"] = over(v.position_ids);
     batch["sequence_ids"] = over(v.sequence_ids);
+    const std::span<const std::int32_t> cu_seqlens = v.used_cu_seqlens();
     batch["cu_seqlens"] = py::array(py::dtype::of<std::int32_t>(),
-                                    std::vector<py::ssize_t>{static_cast<py::ssize_t>(v.segments) + 1},
-                                    std::vector<py::ssize_t>{py::ssize_t{sizeof(std::int32_t)}}, v.cu_seqlens.data(), owner);
+                                    std::vector<py::ssize_t>{static_cast<py::ssize_t>(cu_seqlens.size())},
+                                    std::vector<py::ssize_t>{py::ssize_t{sizeof(std::int32_t)}}, cu_seqlens.data(), owner);
     batch["max_seqlen"] = v.max_seqlen;
     batch["real_tokens"] = v.real_tokens;
     batch["loss_tokens"] = v.loss_tokens;
@@ -321,10 +315,7 @@ class python_loader {
   }
 
   ~python_loader() {
-    if (loader_) {
-      py::gil_scoped_release unlocked;
-      loader_.reset();
-    }
+    if (loader_) close();
   }
 
  private:
