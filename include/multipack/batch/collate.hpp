@@ -135,48 +135,55 @@ std::size_t mask_index(const D& dataset, std::size_t i) {
     return i;
 }
 
-/// out[k] = k for k < n. Vectorises.
+/// out[k] = k for k < n (n < 2^31: a row). Counts in T, so that int32 positions vectorise four
+/// to a 16-byte register rather than through 64-bit lanes.
 template <class T>
 void write_positions(T* out, std::size_t n) noexcept {
-  for (std::size_t k = 0; k < n; ++k) out[k] = static_cast<T>(k);
+  T position = 0;
+  for (std::size_t k = 0; k < n; ++k) out[k] = position++;
 }
 
-/// How many of values[0, n) differ from `ignore`; n < 2^31 (a row). Branch-free on T's
-/// unsigned width (y = x ^ ignore is nonzero iff x differs; (y | -y) has its top bit set
-/// iff y is nonzero), so that the loop vectorises with baseline SSE2 for int64 too, which
-/// has no 64-bit compare.
+/// 1 when x differs from `ignore`, else 0, without a branch or a compare on T's unsigned width
+/// (y = x ^ ignore is nonzero iff x differs; (y | -y) has its top bit set iff y is nonzero), so
+/// that loops over it vectorise with baseline SSE2 for int64 too, which has no 64-bit compare.
+template <class T>
+std::make_unsigned_t<T> differs(T x, T ignore) noexcept {
+  using U = std::make_unsigned_t<T>;
+  const U y = static_cast<U>(static_cast<U>(x) ^ static_cast<U>(ignore));
+  return static_cast<U>((y | static_cast<U>(U{0} - y)) >> (sizeof(U) * 8 - 1));
+}
+
+/// How many of values[0, n) differ from `ignore`; n < 2^31 (a row). Vectorises.
 template <class T>
 std::uint64_t count_not_equal(const T* values, std::size_t n, T ignore) noexcept {
-  using U = std::make_unsigned_t<T>;
-  constexpr unsigned top = sizeof(U) * 8 - 1;
-  U count = 0;
-  for (std::size_t k = 0; k < n; ++k) {
-    const U y = static_cast<U>(static_cast<U>(values[k]) ^ static_cast<U>(ignore));
-    count += static_cast<U>((y | static_cast<U>(U{0} - y)) >> top);
-  }
+  std::make_unsigned_t<T> count = 0;
+  for (std::size_t k = 0; k < n; ++k) count += differs(values[k], ignore);
   return count;
 }
 
-/// For tokens [0, n) of one piece: labels = ignore before `first_label`, input_ids from it;
-/// position_ids = 0, 1, 2, ...; sequence_ids = sequence. Two loops over the output streams
-/// (the ignored labels are never copied first). Returns how many labels differ from ignore,
-/// counted as they are written. Vectorises.
+/// For tokens [0, n) of one piece (n < 2^31): labels = ignore before `first_label`, input_ids
+/// from it; position_ids = 0, 1, 2, ...; sequence_ids = sequence. Two loops over the output
+/// streams (the ignored labels are never copied first), the labels counted as they are
+/// written. Returns how many labels differ from ignore. Vectorises.
 template <class T>
 std::uint64_t write_piece_arrays(const T* input_ids, T* labels, T* position_ids, T* sequence_ids, std::size_t n,
                                  std::size_t first_label, T ignore, T sequence) noexcept {
+  T position = 0;
   for (std::size_t k = 0; k < first_label; ++k) {
     labels[k] = ignore;
-    position_ids[k] = static_cast<T>(k);
+    position_ids[k] = position++;
     sequence_ids[k] = sequence;
   }
+  std::make_unsigned_t<T> count = 0;
   for (std::size_t k = first_label; k < n; ++k) {
-    labels[k] = input_ids[k];
-    position_ids[k] = static_cast<T>(k);
+    const T token = input_ids[k];
+    labels[k] = token;
+    count += differs(token, ignore);
+    position_ids[k] = position++;
     sequence_ids[k] = sequence;
   }
-  return first_label < n ? count_not_equal(labels + first_label, n - first_label, ignore) : 0;
+  return count;
 }
-
 
 }  // namespace detail
 
