@@ -60,7 +60,23 @@ struct packing {
     detail::next_fit(lengths, options, pieces, offsets);
   } else {
     pieces.resize(histogram.items);
-    detail::slot_lists slots(options.capacity);
+    // Samples of equal length are handed out in index order, except by randomized_exact_fit:
+    // in a seeded random order of blocks of 256 consecutive samples (random across the
+    // dataset, sequential, so fast, within a block).
+    constexpr std::size_t block = 256;
+    const bool shuffled = options.algorithm == packing_algorithm::randomized_exact_fit;
+    const feistel_permutation blocks(shuffled ? (lengths.size() + block - 1) / block : 0,
+                                     ~epoch_seed(options.seed, options.epoch));
+    detail::slot_assignment slots(pieces, histogram.count, lengths, options, [&](auto&& visit) {
+      if (!shuffled) {
+        for (std::size_t i = 0; i < lengths.size(); ++i) visit(i);
+        return;
+      }
+      for (std::size_t b = 0; b < blocks.size(); ++b) {
+        const std::size_t first = blocks(b) * block;
+        for (std::size_t i = first; i < std::min(first + block, lengths.size()); ++i) visit(i);
+      }
+    });
     const std::uint32_t shortest = histogram.shortest;
     if (options.algorithm == packing_algorithm::best_fit_decreasing) {
       detail::best_fit_rows rows(options.capacity, options.max_per_row, shortest);
@@ -78,22 +94,7 @@ struct packing {
         detail::fill_rows_exactly(items, opening, options.capacity, options.max_per_row, pieces, offsets, slots);
       }
     }
-    if (options.algorithm == packing_algorithm::randomized_exact_fit) {
-      // Samples of equal length are dealt out in a seeded random order of blocks of 256
-      // consecutive samples: random across the dataset, sequential (fast) within a block.
-      constexpr std::size_t block = 256;
-      const feistel_permutation blocks((lengths.size() + block - 1) / block, ~epoch_seed(options.seed, options.epoch));
-      slots.assign(pieces, lengths, options, [&](auto&& visit) {
-        for (std::size_t b = 0; b < blocks.size(); ++b) {
-          const std::size_t first = blocks(b) * block;
-          for (std::size_t i = first; i < std::min(first + block, lengths.size()); ++i) visit(i);
-        }
-      });
-    } else {
-      slots.assign(pieces, lengths, options, [&](auto&& visit) {
-        for (std::size_t i = 0; i < lengths.size(); ++i) visit(i);
-      });
-    }
+    slots.finish(pieces);
   }
   result.report.rows = offsets.size() - 1;
   result.rows = packed_rows(std::move(pieces), std::move(offsets));

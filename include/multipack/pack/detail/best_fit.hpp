@@ -85,11 +85,11 @@ void for_each_item_longest_first(const item_histogram& histogram, Visit&& visit)
 }
 
 /// Best-fit or first-fit decreasing on the histogram: `placer(length) -> row`, then the
-/// pieces grouped by row (placement order within a row) as slots for slot_lists::assign.
+/// pieces grouped by row (placement order within a row) as slots for slot_assignment.
 template <class Placer>
 void pack_longest_first(const item_histogram& histogram, Placer& placer,
                         piece_vector& pieces, std::vector<std::uint64_t>& offsets,
-                        slot_lists& slots) {
+                        slot_assignment& slots) {
   large_vector<std::uint32_t> row_of;
   row_of.reserve(histogram.items);
   for_each_item_longest_first(histogram, [&](std::uint32_t length) { row_of.push_back(placer.place(length)); });

@@ -45,9 +45,11 @@ struct unplaced_items {
       if (count[l] != 0) present.insert(l);
   }
 
-  void remove(std::uint32_t length) noexcept {
-    --left;
-    if (--count[length] != 0) return;
+  /// Removes `n` (at least 1, at most count[length]) items of `length`.
+  void remove(std::uint32_t length, std::uint32_t n = 1) noexcept {
+    left -= n;
+    count[length] -= n;
+    if (count[length] != 0) return;
     present.erase(length);
     if (left == 0) return;
     if (length == shortest) shortest = present.find_next(length);
@@ -58,6 +60,8 @@ struct unplaced_items {
 /// exact_fit's opening: none (it takes the longest item that keeps the gap fillable); pairs
 /// are searched from the longest down.
 struct longest_first {
+  /// open() never opens a row: runs of the longest length can be taken in one step.
+  static constexpr bool opens_rows = false;
   std::uint32_t open(const unplaced_items&) noexcept { return 0; }
   void removed(std::uint32_t) noexcept {}
   std::uint32_t pair_start(std::uint32_t, std::uint32_t high) noexcept { return high; }
@@ -67,6 +71,7 @@ struct longest_first {
 /// from a random length down, then from the top down to it.
 class random_first {
  public:
+  static constexpr bool opens_rows = true;
   random_first(const unplaced_items& items, std::uint64_t seed) : sampler_(items.count), rng_(seed) {}
   std::uint32_t open(const unplaced_items& items) noexcept {
     return sampler_.find(rng_.below(items.left));
@@ -84,7 +89,7 @@ class random_first {
 template <class Opening>
 void fill_rows_exactly(unplaced_items& items, Opening& opening, std::uint32_t capacity,
                        std::uint32_t max_per_row, piece_vector& pieces,
-                       std::vector<std::uint64_t>& offsets, slot_lists& slots) {
+                       std::vector<std::uint64_t>& offsets, slot_assignment& slots) {
   std::vector<std::uint32_t>& count = items.count;
   length_set& present = items.present;
   const std::uint32_t per_row_limit = max_per_row == 0 ? UINT32_MAX : max_per_row;
@@ -126,11 +131,30 @@ void fill_rows_exactly(unplaced_items& items, Opening& opening, std::uint32_t ca
       }
       const std::uint32_t shortest = items.shortest;
       const std::uint32_t longest = items.longest;
+      const bool spread = 2 * std::uint64_t{shortest} <= longest;
+      if constexpr (!Opening::opens_rows) {
+        // While the gap is over twice the longest item, nothing closes the row and the step
+        // below takes the longest item (fillable(gap - longest) == gap - longest when spread):
+        // take the whole run at once, as many as keep the gap over twice the longest.
+        if (spread && gap > 2 * longest) {
+          const std::uint32_t run = std::min({count[longest], (gap - 2 * longest + longest - 1) / longest,
+                                              per_row_limit - in_row});
+          for (std::uint32_t k = 0; k < run; ++k) slots.add(pieces, position++, longest);
+          items.remove(longest, run);
+          gap -= run * longest;
+          in_row += run;
+          continue;
+        }
+      }
       const std::uint32_t fits = gap >= longest ? longest : present.find_prev(gap);
       if (fits == length_set::none) break;
-      // The smallest gap >= `rest` that k items could fill, for some k.
+      // The smallest gap >= `rest` that k items could fill, for some k. When the longest item
+      // is at least twice the shortest, k items of [shortest, longest] fill every gap from
+      // `shortest` up, so the division is needed only when the lengths are close together.
       auto fillable = [&](std::uint32_t rest) {
-        return rest == 0 ? 0 : std::max(rest, (rest + longest - 1) / longest * shortest);
+        if (rest == 0) return std::uint32_t{0};
+        if (spread) return rest > longest ? rest : std::max(rest, shortest);
+        return std::max(rest, (rest + longest - 1) / longest * shortest);
       };
       const std::uint32_t opened = opening.open(items);
       if (opened != 0 && opened <= gap && gap - opened >= 2 * shortest) {  // a pair can still close it

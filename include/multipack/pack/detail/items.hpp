@@ -1,8 +1,8 @@
 #pragma once
 // The first pass shared by every packer: what each sample becomes under the overlong policy
 // (its items: pieces of at most one row), the histogram of item lengths, and the report's
-// per-cause counts. And the last pass of the histogram-based packers: handing each slot of a
-// given length, in placement order, to the samples of that length in index order.
+// per-cause counts. And how the histogram-based packers hand each slot of a given length, in
+// the order the slots are created, to the samples of that length in a given sample order.
 
 #include <cstdint>
 #include <span>
@@ -113,44 +113,101 @@ struct item_histogram {
   return histogram;
 }
 
-/// Slots of each length, linked in the order they were created, through the `sample` field
-/// of the slot pieces themselves (no memory per slot beyond the piece).
-class slot_lists {
+/// Hands samples to the slots the packers create: the k-th slot created of length l gets the
+/// k-th item of length l in the sample order given to the constructor. Three passes, none at
+/// random places of the pieces:
+///  1. the constructor writes every item's sample index into the `begin` fields of the pieces,
+///     bucketed by length (one bucket a length, at the histogram's prefix sums) in sample
+///     order: one sequential stream a length;
+///  2. add() gives a new slot the next index of its length's bucket (`sample`) and its length
+///     (`end`); the `begin` fields, which still hold the buckets, are only read;
+///  3. finish() sets every `begin` (0, or where a split sample's piece starts) and `end`.
+/// Memory: O(capacity) cursors and 12 bytes for each piece that does not start its sample
+/// (split samples only); nothing a piece beyond the pieces themselves. The linked lists this
+/// replaced handed the samples out in a last pass at random places of the pieces.
+class slot_assignment {
  public:
-  explicit slot_lists(std::uint32_t capacity)
-      : head_(std::size_t{capacity} + 1, no_slot), tail_(std::size_t{capacity} + 1, no_slot) {}
-
-  /// Makes pieces[position] the next slot of `length`.
-  void add(piece_vector& pieces, std::size_t position, std::uint32_t length) noexcept {
-    const auto slot = static_cast<std::uint32_t>(position);
-    pieces[position] = piece{no_slot, 0, length};
-    if (tail_[length] == no_slot)
-      head_[length] = slot;
-    else
-      pieces[tail_[length]].sample = slot;
-    tail_[length] = slot;
+  /// `pieces` holds exactly the histogram's items; `count` is the histogram's counts;
+  /// for_each_sample(visit) calls visit(i) once for every sample index, in the order samples
+  /// of one length are handed out.
+  template <class ForEachSample>
+  slot_assignment(piece_vector& pieces, const std::vector<std::uint32_t>& count,
+                  std::span<const std::uint32_t> lengths, const pack_options& options,
+                  ForEachSample&& for_each_sample)
+      : cursor_(count.size()), lengths_(lengths), capacity_(options.capacity),
+        split_(options.overlong == overlong_policy::split) {
+    rewind(count);
+    std::uint64_t offset_pieces = 0;  // pieces that do not start their sample
+    for_each_sample([&](std::size_t i) {
+      const std::uint32_t length = lengths[i];
+      const auto sample = static_cast<std::uint32_t>(i);
+      if (length <= capacity_) {
+        if (length != 0) pieces[cursor_[length]++].begin = sample;
+        return;
+      }
+      const sample_items items = items_of(length, capacity_, options.overlong);
+      for (std::uint32_t k = 0; k < items.full_pieces; ++k) pieces[cursor_[capacity_]++].begin = sample;
+      if (items.tail != 0) pieces[cursor_[items.tail]++].begin = sample;
+      if (split_) offset_pieces += items.full_pieces - 1 + (items.tail != 0 ? 1 : 0);
+    });
+    rewind(count);
+    offsets_.reserve(offset_pieces);
   }
 
-  /// Last pass: gives every sample the next slot(s) of its items' lengths, samples taken in
-  /// the order in which for_each_sample(visit) calls visit(i) (each index once).
-  template <class ForEachSample>
-  void assign(piece_vector& pieces, std::span<const std::uint32_t> lengths, const pack_options& options,
-              ForEachSample&& for_each_sample) noexcept {
-    for_each_sample([&](std::size_t i) {
-      for_each_piece_of(static_cast<std::uint32_t>(i), lengths[i], options,
-                        [&](const piece& p) { take(pieces, p.length()) = p; });
-    });
+  /// Makes pieces[position] (not yet given a sample) the next slot of `length`.
+  void add(piece_vector& pieces, std::size_t position, std::uint32_t length) noexcept {
+    const std::uint32_t sample = pieces[cursor_[length]++].begin;
+    piece& slot = pieces[position];
+    slot.sample = sample;
+    slot.end = length;
+    if (!split_) return;
+    // A split sample's full pieces sit side by side in the bucket of `capacity`, so they are
+    // handed out one after another: count them to know where each starts.
+    std::uint32_t begin = 0;
+    if (length == capacity_) {
+      if (sample == last_full_) {
+        begin = ++full_index_ * capacity_;
+      } else {
+        last_full_ = sample;
+        full_index_ = 0;
+      }
+    } else if (lengths_[sample] > capacity_) {
+      begin = lengths_[sample] - length;  // the tail
+    }
+    if (begin != 0) offsets_.push_back({position, begin});
+  }
+
+  /// Last pass, once every slot was added: every piece's `begin` and `end`.
+  void finish(piece_vector& pieces) noexcept {
+    for (piece& p : pieces) p.begin = 0;
+    for (const auto& [position, begin] : offsets_) {
+      piece& p = pieces[position];
+      p.begin = begin;
+      p.end += begin;
+    }
   }
 
  private:
-  piece& take(piece_vector& pieces, std::uint32_t length) noexcept {
-    piece& slot = pieces[head_[length]];
-    head_[length] = slot.sample;
-    return slot;
+  void rewind(const std::vector<std::uint32_t>& count) noexcept {
+    std::uint32_t start = 0;
+    for (std::size_t l = 0; l < count.size(); ++l) {
+      cursor_[l] = start;
+      start += count[l];
+    }
   }
 
-  std::vector<std::uint32_t> head_;
-  std::vector<std::uint32_t> tail_;
+  struct offset_piece {
+    std::size_t position;
+    std::uint32_t begin;
+  };
+
+  std::vector<std::uint32_t> cursor_;  ///< per length: the next bucket entry
+  std::span<const std::uint32_t> lengths_;
+  std::uint32_t capacity_;
+  bool split_;
+  std::uint32_t last_full_ = no_slot;
+  std::uint32_t full_index_ = 0;
+  std::vector<offset_piece> offsets_;
 };
 
 }  // namespace multipack::detail
