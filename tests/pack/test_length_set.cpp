@@ -1,9 +1,10 @@
-// The packers' successor/predecessor sets and the random length sampler, against std::set
-// and plain counting, under random operations over universes of several word and summary
-// sizes.
+// The packers' successor/predecessor sets against std::set under random operations over
+// universes of several word and summary sizes, and the random length sampler against its
+// contract: only unplaced lengths, each unplaced item equally likely.
 
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <cstdint>
 #include <set>
 #include <vector>
@@ -41,19 +42,48 @@ TEST_CASE("length_set answers find_prev and find_next as std::set does") {
   }
 }
 
-TEST_CASE("length_sampler finds the k-th unplaced item and follows removals") {
+TEST_CASE("length_sampler draws only unplaced lengths, as removals and snapshots go") {
   splitmix64 rng(3);
   std::vector<std::uint32_t> count(1000, 0);
-  for (std::size_t l = 1; l < count.size(); ++l) count[l] = static_cast<std::uint32_t>(rng.below(4));
+  std::uint64_t left = 0;
+  for (std::size_t l = 1; l < count.size(); ++l) left += count[l] = static_cast<std::uint32_t>(rng.below(4));
   length_sampler sampler(count);
-  for (int step = 0; step < 500; ++step) {
-    std::vector<std::uint32_t> expanded;  // the k-th item, lengths ascending
-    for (std::uint32_t l = 1; l < count.size(); ++l) expanded.insert(expanded.end(), count[l], l);
-    if (expanded.empty()) break;
-    const std::uint64_t k = rng.below(expanded.size());
-    const std::uint32_t found = sampler.find(k);
-    REQUIRE(found == expanded[k]);
-    sampler.remove(found);
-    --count[found];
+  splitmix64 draws(5);
+  while (left != 0) {  // to the last item: every snapshot is retaken on the way
+    const std::uint32_t length = sampler.draw(count, left, draws);
+    REQUIRE(length >= 1);
+    REQUIRE(length < count.size());
+    REQUIRE(count[length] != 0);
+    --count[length];
+    --left;
   }
+}
+
+TEST_CASE("length_sampler draws each unplaced item with the same probability") {
+  // Lengths with 1, 10, 100 and 1,000 items; after removals that force a new snapshot, the
+  // frequencies must follow the counts left, not those of the first snapshot.
+  std::vector<std::uint32_t> count(5000, 0);
+  count[7] = 1;
+  count[300] = 10;
+  count[301] = 100;
+  count[4999] = 1000;
+  std::uint64_t left = 1111;
+  length_sampler sampler(count);
+  splitmix64 rng(11);
+  auto check_frequencies = [&] {
+    constexpr int draws = 200'000;
+    std::vector<int> seen(count.size(), 0);
+    for (int k = 0; k < draws; ++k) ++seen[sampler.draw(count, left, rng)];
+    for (std::size_t l = 0; l < count.size(); ++l) {
+      const double p = static_cast<double>(count[l]) / static_cast<double>(left);
+      const double expected = p * draws;
+      const double sigma = std::sqrt(draws * p * (1 - p));
+      CAPTURE(l);
+      CHECK(std::abs(seen[l] - expected) <= 5 * sigma + 1e-9);
+    }
+  };
+  check_frequencies();
+  count[4999] = 100;  // 211 left of 1,111: the next draw takes a new snapshot
+  left = 211;
+  check_frequencies();
 }

@@ -39,9 +39,10 @@ struct packing {
 /// max_per_row pieces. Pieces of the histogram-based algorithms are handed to samples of equal
 /// length in index order, so the result is a pure function of (lengths, options).
 ///
-/// Cost: O(n + capacity) time for exact_fit and next_fit, O(n log capacity) for
+/// Cost: O(n + capacity) time for exact_fit and next_fit, O(n + capacity log n) expected for
 /// randomized_exact_fit, O(n log n) for the decreasing ones; memory 12 bytes a piece for the
-/// result, plus 4 bytes a piece while packing for the decreasing ones, plus O(capacity). Throws option_error for bad options or more than 2^32 - 2
+/// result, plus 4 bytes a piece while packing for the decreasing ones, plus O(capacity), plus
+/// 16 bytes for each piece of a split sample but its first. Throws option_error for bad options or more than 2^32 - 2
 /// pieces, sample_error for an overlong sample under overlong_policy::error; on a throw
 /// nothing is returned and nothing leaks. Thread-safe: shares no state between calls.
 [[nodiscard]] inline packing pack(std::span<const std::uint32_t> lengths, const pack_options& options) {

@@ -73,10 +73,8 @@ class random_first {
  public:
   static constexpr bool opens_rows = true;
   random_first(const unplaced_items& items, std::uint64_t seed) : sampler_(items.count), rng_(seed) {}
-  std::uint32_t open(const unplaced_items& items) noexcept {
-    return sampler_.find(rng_.below(items.left));
-  }
-  void removed(std::uint32_t length) noexcept { sampler_.remove(length); }
+  std::uint32_t open(const unplaced_items& items) { return sampler_.draw(items.count, items.left, rng_); }
+  void removed(std::uint32_t) noexcept {}
   std::uint32_t pair_start(std::uint32_t low, std::uint32_t high) noexcept {
     return static_cast<std::uint32_t>(low + rng_.below(std::uint64_t{high} - low + 1));
   }

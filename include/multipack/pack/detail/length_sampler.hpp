@@ -1,47 +1,68 @@
 #pragma once
-// Draws a uniformly random unplaced item from the histogram of item lengths: a Fenwick tree
-// over the counts, descended in O(log capacity). The randomized packer fills rows with such
-// items before closing each row's gap exactly.
+// Draws a uniformly random unplaced item from the histogram of item lengths, for the
+// randomized packer, which opens rows with such items before closing each row's gap exactly.
+//
+// Rejection over a snapshot: the items of the last snapshot are laid out by length (length l
+// owns positions [start[l], start[l + 1])); a uniform position is drawn, and kept when its
+// offset in its length's range is below the count of that length still unplaced. Every
+// unplaced item owns exactly one position, so the draw is uniform over them. A table of one
+// length per 2^shift positions finds a position's length in about one step. The snapshot is
+// retaken whenever fewer than half its items are left, so a draw takes at most 2 tries
+// on average, in O(1) each: the Fenwick tree this replaced took O(log capacity) dependent
+// loads a draw, 85 % of the randomized packer's time.
 
-#include <bit>
+#include <cstddef>
 #include <cstdint>
 #include <vector>
+
+#include "multipack/core/random.hpp"
 
 namespace multipack::detail {
 
 class length_sampler {
  public:
-  explicit length_sampler(const std::vector<std::uint32_t>& count)
-      : tree_(std::bit_ceil(count.size()) + 1, 0), top_(std::bit_ceil(count.size())) {
-    // O(n) build: each node passes its sum to its parent.
-    for (std::size_t l = 1; l < count.size(); ++l) tree_[l] += count[l];
-    for (std::size_t i = 1; i < tree_.size(); ++i) {
-      const std::size_t parent = i + (i & (~i + 1));
-      if (parent < tree_.size()) tree_[parent] += tree_[i];
-    }
+  /// count[l]: unplaced items of length l (count[0] == 0). O(count.size()).
+  explicit length_sampler(const std::vector<std::uint32_t>& count) : start_(count.size() + 1) {
+    snapshot(count);
   }
 
-  /// One item of `length` is gone.
-  void remove(std::uint32_t length) noexcept {
-    for (std::size_t i = length; i < tree_.size(); i += i & (~i + 1)) --tree_[i];
-  }
-
-  /// The length of the k-th unplaced item (0-based, k < items left), lengths ascending.
-  [[nodiscard]] std::uint32_t find(std::uint64_t k) const noexcept {
-    std::size_t position = 0;
-    for (std::size_t step = top_; step != 0; step >>= 1U) {
-      const std::size_t next = position + step;
-      if (next < tree_.size() && tree_[next] <= k) {
-        position = next;
-        k -= tree_[next];
-      }
+  /// The length of a uniformly random item among the `left` (> 0) that `count` holds.
+  /// O(1) expected; allocates nothing (a new snapshot only shrinks the table).
+  [[nodiscard]] std::uint32_t draw(const std::vector<std::uint32_t>& count, std::uint64_t left, splitmix64& rng) {
+    if (2 * left < total_) snapshot(count);
+    for (;;) {
+      const auto position = static_cast<std::uint32_t>(rng.below(total_));
+      std::uint32_t length = table_[position >> shift_];
+      while (start_[length + 1] <= position) ++length;
+      if (position - start_[length] < count[length]) return length;
     }
-    return static_cast<std::uint32_t>(position + 1);
   }
 
  private:
-  std::vector<std::uint32_t> tree_;
-  std::size_t top_;
+  void snapshot(const std::vector<std::uint32_t>& count) {
+    std::uint32_t sum = 0;  // < 2^32 - 1: pack refuses more items
+    for (std::size_t l = 0; l < count.size(); ++l) {
+      start_[l] = sum;
+      sum += count[l];
+    }
+    start_[count.size()] = sum;
+    total_ = sum;
+    // About two table cells a length: a position's cell starts at most a length or so below it.
+    shift_ = 0;
+    while ((std::uint64_t{total_} >> shift_) > 2 * count.size()) ++shift_;
+    table_.resize((std::size_t{total_} >> shift_) + 1);
+    std::uint32_t length = 0;
+    for (std::size_t cell = 0; cell < table_.size(); ++cell) {
+      const std::uint64_t position = std::uint64_t{cell} << shift_;
+      while (length + 1 < count.size() && start_[length + 1] <= position) ++length;
+      table_[cell] = length;
+    }
+  }
+
+  std::vector<std::uint32_t> start_;  ///< per length: its first position in the snapshot
+  std::vector<std::uint32_t> table_;  ///< per cell of 2^shift_ positions: the length at its start
+  std::uint32_t total_ = 0;           ///< items in the snapshot
+  unsigned shift_ = 0;
 };
 
 }  // namespace multipack::detail
