@@ -42,6 +42,46 @@ TEST_CASE("length_set answers find_prev and find_next as std::set does") {
   }
 }
 
+TEST_CASE("length_set::find_prev_pair is the member-by-member scan it replaces, budget included") {
+  for (const std::uint32_t universe : {64U, 65U, 200U, 4097U}) {
+    splitmix64 rng(universe + 1);
+    for (int trial = 0; trial < 3000; ++trial) {
+      length_set set(universe);
+      std::set<std::uint32_t> reference;
+      const std::uint64_t density = 1 + rng.below(8);  // one member in 1..8 positions
+      for (std::uint32_t x = 1; x < universe; ++x)
+        if (rng.below(density) == 0) {
+          set.insert(x);
+          reference.insert(x);
+        }
+      const auto sum = static_cast<std::uint32_t>(2 + rng.below(2 * universe));
+      const auto high = static_cast<std::uint32_t>(rng.below(universe));
+      const auto low = static_cast<std::uint32_t>(rng.below(std::uint64_t{high} + 2));  // may exceed high
+      const int start_budget = static_cast<int>(1 + rng.below(40));
+      CAPTURE(universe);
+      CAPTURE(sum);
+      CAPTURE(low);
+      CAPTURE(high);
+      CAPTURE(start_budget);
+      // The scan: members of [low, high] from the top, each costing one unit of budget.
+      std::uint32_t expected = length_set::none;
+      int expected_budget = start_budget;
+      for (auto it = reference.rbegin(); it != reference.rend() && low <= high; ++it) {
+        if (*it > high) continue;
+        if (*it < low || expected_budget == 0) break;
+        --expected_budget;
+        if (*it <= sum && reference.count(sum - *it) == 1) {
+          expected = *it;
+          break;
+        }
+      }
+      int budget = start_budget;
+      REQUIRE(set.find_prev_pair(low, high, sum, budget) == expected);
+      CHECK(budget == expected_budget);
+    }
+  }
+}
+
 TEST_CASE("length_sampler draws only unplaced lengths, as removals and snapshots go") {
   splitmix64 rng(3);
   std::vector<std::uint32_t> count(1000, 0);

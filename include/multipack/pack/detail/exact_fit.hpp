@@ -110,16 +110,17 @@ void fill_rows_exactly(unplaced_items& items, Opening& opening, std::uint32_t ca
       if (high < low) return false;
       const std::uint32_t from = opening.pair_start(low, high);
       int probes = exact_fit_pair_probes;
-      for (const auto& [top, bottom] : {std::pair{from, low}, std::pair{high, from + 1}})
-        for (std::uint32_t a = present.find_prev(top); a != length_set::none && a >= bottom && probes-- > 0;
-             a = present.find_prev(a - 1)) {
-          const std::uint32_t b = gap - a;
-          if (b == a ? count[a] >= 2 : count[b] != 0) {
-            take(a);
-            take(b);
-            return true;
-          }
+      for (const auto& [top, bottom] : {std::pair{from, low}, std::pair{high, from + 1}}) {
+        std::uint32_t a = present.find_prev_pair(bottom, top, gap, probes);
+        // a == gap - a needs two items of a; it is the lowest candidate, so the scan ends there.
+        if (a != length_set::none && 2 * a == gap && count[a] < 2) a = length_set::none;
+        if (a != length_set::none) {
+          const std::uint32_t b = gap - a;  // before take(a) shrinks the gap
+          take(a);
+          take(b);
+          return true;
         }
+      }
       return false;
     };
     while (gap != 0 && items.left != 0 && in_row < per_row_limit) {

@@ -68,7 +68,61 @@ class length_set {
     return static_cast<std::uint32_t>(nw * 64 + static_cast<std::size_t>(std::countr_zero(words_[nw])));
   }
 
+  /// Membership of [x, x + 64) as bits: bit i is contains(x + i); positions outside
+  /// [0, universe) read as absent. O(1), never throws.
+  [[nodiscard]] std::uint64_t bits_from(std::int64_t x) const noexcept {
+    auto word = [&](std::int64_t w) -> std::uint64_t {
+      return w < 0 || w >= static_cast<std::int64_t>(words_.size()) ? 0 : words_[static_cast<std::size_t>(w)];
+    };
+    const std::int64_t w = x >> 6;  // floor, also for negative x
+    const unsigned shift = static_cast<unsigned>(x & 63);
+    if (shift == 0) return word(w);
+    return (word(w) >> shift) | (word(w + 1) << (64U - shift));
+  }
+
+  /// The largest x in [low, high] (high < universe) such that x and sum - x are both members,
+  /// as a scan of the members of [low, high] from the top down that checks sum - x for each
+  /// and gives up after `budget` members would find it; `budget` is decreased by the members
+  /// scanned (to 0 when it gives up). none when there is none within the budget. 64
+  /// candidates a step: one word of x, and the word of sum - x bit-reversed.
+  [[nodiscard]] std::uint32_t find_prev_pair(std::uint32_t low, std::uint32_t high, std::uint32_t sum,
+                                             int& budget) const noexcept {
+    if (low > high || budget <= 0) return none;
+    for (std::int64_t w = high >> 6U; w >= static_cast<std::int64_t>(low >> 6U) && budget > 0; --w) {
+      const auto base = static_cast<std::uint32_t>(w << 6);
+      std::uint64_t candidates = words_[static_cast<std::size_t>(w)];
+      if (high - base < 63) candidates &= ~std::uint64_t{0} >> (63U - (high - base));
+      if (low > base) candidates &= ~std::uint64_t{0} << (low - base);
+      if (candidates == 0) continue;
+      // Bit i: sum - (base + i) is a member, i.e. bit 63 - i of the 64 bits from sum - base - 63.
+      const std::uint64_t partners =
+          reverse_bits(bits_from(static_cast<std::int64_t>(sum) - static_cast<std::int64_t>(base) - 63));
+      const std::uint64_t matches = candidates & partners;
+      if (matches == 0) {
+        budget -= std::popcount(candidates);
+        continue;
+      }
+      const unsigned top = 63U - static_cast<unsigned>(std::countl_zero(matches));
+      const int scanned = std::popcount(candidates >> top);  // the candidates from the top down to it
+      if (scanned > budget) {
+        budget = 0;
+        return none;
+      }
+      budget -= scanned;
+      return base + top;
+    }
+    if (budget < 0) budget = 0;
+    return none;
+  }
+
  private:
+  static constexpr std::uint64_t reverse_bits(std::uint64_t x) noexcept {
+    x = ((x >> 1U) & 0x5555555555555555ULL) | ((x & 0x5555555555555555ULL) << 1U);
+    x = ((x >> 2U) & 0x3333333333333333ULL) | ((x & 0x3333333333333333ULL) << 2U);
+    x = ((x >> 4U) & 0x0f0f0f0f0f0f0f0fULL) | ((x & 0x0f0f0f0f0f0f0f0fULL) << 4U);
+    return __builtin_bswap64(x);
+  }
+
   static constexpr std::uint64_t bit(std::uint32_t x) noexcept { return std::uint64_t{1} << (x & 63U); }
 
   std::vector<std::uint64_t> words_;
