@@ -6,7 +6,8 @@
 //   Workers claim steps in order, each when it holds a free buffer, so at most `depth`
 //   batches exist ahead of the consumer and memory is bounded by depth buffers.
 // - Blocking, not polling: workers wait on the queue of free buffers, the consumer on the
-//   queue of built ones (moodycamel's blocking queues, on semaphores).
+//   queue of built ones (moodycamel's blocking queues, on semaphores), after polling a few
+//   microseconds (detail/blocking_queue.hpp says why).
 // - No allocation per batch once every buffer and queue block has been used once.
 // - A worker's exception reaches the consumer at the step where it was thrown; the batches
 //   before it are delivered first; the other workers stop claiming steps.
