@@ -122,7 +122,7 @@ struct item_histogram {
 ///  2. add() gives a new slot the next index of its length's bucket (`sample`) and its length
 ///     (`end`); the `begin` fields, which still hold the buckets, are only read;
 ///  3. finish() sets every `begin` (0, or where a split sample's piece starts) and `end`.
-/// Memory: O(capacity) cursors and 12 bytes for each piece that does not start its sample
+/// Memory: O(capacity) cursors and 16 bytes for each piece that does not start its sample
 /// (split samples only); nothing a piece beyond the pieces themselves. The linked lists this
 /// replaced handed the samples out in a last pass at random places of the pieces.
 class slot_assignment {
