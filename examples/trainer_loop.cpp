@@ -1,6 +1,6 @@
-// The shape of a custom C++ trainer's data loop: open a dataset, plan each epoch for this
-// rank (rank and world from the launcher's environment), iterate the batches, save the
-// position with the model, and resume from it exactly after a restart.
+// The shape of a custom C++ trainer's data loop: open a dataset, load every epoch's batches
+// for this rank from one epoch_loader (rank and world from the launcher's environment), save
+// the position with the model, and resume from it exactly after a restart.
 //
 //   trainer_loop [PREFIX] [--checkpoint FILE] [--epochs N] [--stop-after K]
 //
@@ -84,14 +84,21 @@ int main(int argc, char** argv) try {
               static_cast<unsigned long long>(at.epoch), static_cast<unsigned long long>(at.step));
   std::uint64_t trained = 0;
   std::uint64_t loss_tokens = 0;
-  for (; at.epoch < epochs; ++at.epoch, at.step = 0) {
-    // Every rank computes the same plan from the same inputs: no communication.
-    const auto plan = std::make_shared<const multipack::epoch_plan>(multipack::plan_epoch(
-        lengths, {.capacity = 2048, .algorithm = multipack::packing_algorithm::randomized_exact_fit},
-        {.world_size = env.world_size, .micro_batch = 8, .seed = 1234, .epoch = at.epoch}));
-    multipack::batch_loader<multipack::indexed_dataset> loader(dataset, plan, env.rank, batch, {.threads = 2, .depth = 4},
-                                                               at.step);
+  // One loader for every epoch left: its threads and buffers serve them all, and it plans
+  // epoch e + 1 in the background while epoch e trains. Every rank computes the same plans
+  // from the same inputs: no communication.
+  if (at.epoch < epochs) {
+    multipack::epoch_loader<multipack::indexed_dataset> loader(
+        dataset,
+        multipack::plan_each_epoch(lengths, {.capacity = 2048, .algorithm = multipack::packing_algorithm::randomized_exact_fit},
+                                   {.world_size = env.world_size, .micro_batch = 8, .seed = 1234}),
+        env.rank, batch, {.threads = 2, .depth = 4}, {.first = at.epoch, .count = epochs - at.epoch, .start_step = at.step});
     while (auto b = loader.next()) {
+      if ((*b)->epoch != at.epoch) {  // the first batch of the next epoch: the last one ended at step at.step
+        std::printf("epoch %llu: %llu steps\n", static_cast<unsigned long long>(at.epoch),
+                    static_cast<unsigned long long>(at.step));
+        at.epoch = (*b)->epoch;
+      }
       const multipack::batch_view<>& view = (*b)->view;
       // train(view.used_input_ids(), view.used_labels(), view.used_position_ids(), view.used_cu_seqlens(), ...)
       at.digest = fold(at.digest, view);
@@ -107,7 +114,11 @@ int main(int argc, char** argv) try {
       }
     }
     std::printf("epoch %llu: %llu steps\n", static_cast<unsigned long long>(at.epoch),
-                static_cast<unsigned long long>(plan->schedule.steps()));
+                static_cast<unsigned long long>(at.step));
+    const multipack::epoch_loader_statistics s = loader.statistics();
+    std::printf("waited for data at %llu epoch boundaries: the longest %.6f s; any other step's longest %.6f s\n",
+                static_cast<unsigned long long>(s.boundaries), s.max_boundary_wait_seconds, s.max_step_wait_seconds);
+    at = {epochs, 0, at.digest};
   }
   if (!checkpoint.empty()) save(checkpoint, at);
   std::printf("trained on %llu batches (%llu tokens with loss); digest %016llx\n",

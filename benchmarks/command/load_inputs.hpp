@@ -89,7 +89,11 @@ struct load_totals {
   double first_plan_seconds = 0;
   double startup_seconds = 0;  // the first loader's construction, inside `seconds`
   double later_plan_seconds = 0;
-  double epoch_switch_seconds = 0;  // stopping a loader, planning the next epoch, starting its loader
+  // The trainer's time at the epoch boundaries, beyond a step: the wait for each later epoch's
+  // first batch (one epoch_loader), or stopping a pipeline, planning, starting the next (views).
+  double epoch_switch_seconds = 0;
+  double max_epoch_switch_seconds = 0;  // the longest boundary (one epoch_loader only)
+  double max_step_wait_seconds = 0;     // the longest wait for any other batch (one epoch_loader only)
   std::uint64_t rss_before_first_batch_bytes = 0;  // the pipeline built, its loader started
 
   /// Counts one batch handed to the trainer (a batch_view, or a device_batch_view).

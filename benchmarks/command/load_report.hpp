@@ -99,6 +99,8 @@ void print_load_report(const load_command_options& o, const load_inputs& in, con
     out["startup_seconds"] = t.startup_seconds;
     out["later_plan_seconds"] = t.later_plan_seconds;
     out["epoch_switch_seconds"] = t.epoch_switch_seconds;
+    out["max_epoch_switch_seconds"] = t.max_epoch_switch_seconds;
+    out["max_step_wait_seconds"] = t.max_step_wait_seconds;
     out["dumped_batches"] = t.dumped;
     out["dump_seconds"] = t.dump_seconds;
     out["device"] = o.device;
@@ -150,8 +152,12 @@ void print_load_report(const load_command_options& o, const load_inputs& in, con
              memcpy_threads / gb, o.threads, memcpy_one / gb, memcpy_threads > 0 ? output_rate / memcpy_threads : 0.0);
   fmt::print("  trainer waited {:>12.4f} s   {:.2f}% of the time (after the first batch){}\n", t.wait_seconds,
              100 * wait_fraction,
-             o.epochs == 1 ? std::string()
-                           : fmt::format("; {:.4f} s between epochs (next loader, plan)", t.epoch_switch_seconds));
+             o.epochs == 1           ? std::string()
+             : o.pipeline == "plan" && !o.device ? fmt::format("; at the epoch boundaries {:.6f} s, the longest {:.6f} s (any other "
+                                                  "step's longest {:.6f} s)",
+                                                  t.epoch_switch_seconds, t.max_epoch_switch_seconds,
+                                                  t.max_step_wait_seconds)
+                                    : fmt::format("; {:.4f} s between epochs (next pipeline, plan)", t.epoch_switch_seconds));
   fmt::print("  workers busy   {:>12.4f} s   {:.2f}% of threads x time\n", t.busy_seconds, 100 * busy_fraction);
   fmt::print("  ready ahead    {:>14.2f}   batches, mean at a next(); most {}\n", mean_ready, t.max_ready);
   fmt::print("  memory         {:>14L}   bytes a buffer; peak resident {:L} bytes\n", batch_bytes, peak);

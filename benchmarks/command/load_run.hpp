@@ -2,9 +2,11 @@
 // The trainer's loop of `load` on the host: takes a batch, holds it for --step-ms (sleeping
 // until the step's deadline), gives it back, asks for the next. The deadline advances by the
 // time next() took and the step, so an oversleep is not added to the run; dumping is left out
-// of every time. Between epochs the trainer waits while the last epoch's loader stops, the
-// next epoch is planned and its loader starts (its buffers allocated): counted as waiting, and
-// apart as epoch_switch_seconds.
+// of every time. The plan pipeline runs every epoch through one epoch_loader: the trainer's
+// wait for each later epoch's first batch is epoch_switch_seconds. The views pipeline builds
+// one pipeline an epoch: the trainer waits while the last one stops, the next epoch is planned
+// and its pipeline starts (its buffers allocated), counted as waiting and as
+// epoch_switch_seconds.
 
 #include <chrono>
 #include <cstdint>
@@ -21,6 +23,7 @@
 #include "command/load_command.hpp"
 #include "command/load_inputs.hpp"
 #include "multipack/pipeline/batch_loader.hpp"
+#include "multipack/pipeline/epoch_loader.hpp"
 #include "multipack/views.hpp"
 
 namespace multipack::bench {
@@ -91,43 +94,43 @@ inline void finish_run(load_totals& t, const batch_dumper& dumper, clock::durati
   t.seconds = std::max(0.0, std::chrono::duration<double>(span).count() - t.dump_seconds);
 }
 
-/// The epochs of the run through batch_loader over each epoch's plan, filling `t`.
+/// The epochs of the run through one epoch_loader over every epoch's plan, filling `t`: the
+/// workers and buffers serve every epoch, the next epoch is planned in the background, and
+/// the wait for each later epoch's first batch is epoch_switch_seconds.
 template <batch_token T>
 void run_host_epochs(const load_command_options& o, const load_inputs& in, load_totals& t) {
-  using loader_type = batch_loader<typename load_inputs::dataset_type, T>;
+  using loader_type = epoch_loader<typename load_inputs::dataset_type, T>;
   const std::uint64_t limit = o.max_steps == 0 ? std::numeric_limits<std::uint64_t>::max() : o.max_steps;
   batch_dumper dumper(o.dump_batches, o.dump_count, o.epochs > 1, o.rank);
   progress p(fmt::format("loading rank {}'s batches of {} epoch(s) ({} thread(s), depth {})", o.rank, o.epochs,
                          o.threads, o.depth));
-  // The clock starts before the first loader is made (its buffers allocated, its workers
-  // started; startup_seconds of the run, as every later epoch's loader is inside it): the
-  // workers may build batches before the constructor returns to this thread (a machine with
-  // fewer cores than threads + 1), and all their work must be inside `seconds`.
+  // The first epoch's plan is made already (prepare_load): the loader takes it, and plans the
+  // later ones on its planning thread.
+  const epoch_planner planner = [&in, first = o.schedule.epoch](std::uint64_t epoch) {
+    return epoch == first ? in.first_plan : in.plan_for(epoch);
+  };
+  // The clock starts before the loader is made (its buffers allocated, its workers started:
+  // startup_seconds): the workers may build batches before the constructor returns to this
+  // thread (a machine with fewer cores than threads + 1), and all their work must be inside
+  // `seconds`.
   const clock::time_point start = clock::now();
-  auto loader = std::make_unique<loader_type>(in.dataset, in.first_plan, o.rank, in.batching, in.prefetch,
-                                              o.schedule.start_step);
+  auto loader = std::make_unique<loader_type>(in.dataset, planner, o.rank, in.batching, in.prefetch,
+                                              epoch_range{o.schedule.epoch, o.epochs, o.schedule.start_step});
   t.startup_seconds = seconds_since(start);
   t.rss_before_first_batch_bytes = pipeline_rss_bytes();
-  clock::time_point end = start;
   trainer_clock trainer(o.step_ms);
-  for (std::uint64_t e = o.schedule.epoch;; ++e) {
-    while (t.batches < limit) {
-      auto lease = trainer.take(t, [&] { return loader->next(); });
-      if (!lease) break;
-      train_on((*lease)->view, e, lease->step(), t, dumper, trainer);
-    }
-    end = clock::now();
-    t.add_prefetch(loader->statistics());
-    if (e - o.schedule.epoch + 1 == o.epochs || t.batches == limit) break;  // the last loader stops below
-
-    const auto switch_start = clock::now();
-    loader.reset();
-    const auto plan_start = clock::now();
-    std::shared_ptr<const epoch_plan> plan = in.plan_for(e + 1);
-    t.later_plan_seconds += seconds_since(plan_start);
-    loader = std::make_unique<loader_type>(in.dataset, std::move(plan), o.rank, in.batching, in.prefetch, 0);
-    count_epoch_switch(t, trainer, switch_start);
+  while (t.batches < limit) {
+    auto lease = trainer.take(t, [&] { return loader->next(); });
+    if (!lease) break;
+    train_on((*lease)->view, (*lease)->epoch, (*lease)->step, t, dumper, trainer);
   }
+  const clock::time_point end = clock::now();
+  const epoch_loader_statistics s = loader->statistics();
+  t.add_prefetch(s.prefetch);
+  t.later_plan_seconds = s.planning_seconds;
+  t.epoch_switch_seconds = s.boundary_wait_seconds;
+  t.max_epoch_switch_seconds = s.max_boundary_wait_seconds;
+  t.max_step_wait_seconds = s.max_step_wait_seconds;
   finish_run(t, dumper, end - start);
   loader.reset();  // stopped mid-epoch with --max-steps: its workers finish their batch and join
 }

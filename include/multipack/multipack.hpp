@@ -27,6 +27,7 @@
 #include "multipack/pack/pack.hpp"
 #include "multipack/pack/report.hpp"
 #include "multipack/pipeline/batch_loader.hpp"
+#include "multipack/pipeline/epoch_loader.hpp"
 #include "multipack/pipeline/prefetcher.hpp"
 #include "multipack/schedule/distributed_env.hpp"
 #include "multipack/schedule/epoch_schedule.hpp"

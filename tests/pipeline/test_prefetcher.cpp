@@ -68,6 +68,37 @@ std::function<buffer()> make_buffer() {
 
 }  // namespace
 
+TEST_CASE("open-ended: steps until the build says the sequence ended, each once, in order") {
+  for (const unsigned threads : {1U, 2U, 4U}) {
+    for (const std::size_t depth : {std::size_t{1}, std::size_t{3}}) {
+      for (const std::uint64_t end : {std::uint64_t{3}, std::uint64_t{3 + 57}}) {
+        CAPTURE(threads);
+        CAPTURE(depth);
+        CAPTURE(end);
+        std::atomic<std::uint64_t> asked_past_end{0};
+        prefetcher<buffer> p({threads, depth}, 3, make_buffer(), [&](std::uint64_t step, buffer& b) {
+          if (step >= end) {
+            asked_past_end.fetch_add(1);
+            return false;
+          }
+          fill(step, b);
+          return true;
+        });
+        std::uint64_t expected = 3;
+        while (auto batch = p.next()) {
+          REQUIRE((*batch)->step == expected);
+          ++expected;
+        }
+        CHECK(expected == end);
+        CHECK_FALSE(p.next().has_value());
+        CHECK(p.statistics().batches == end - 3);
+        // Once one worker found the end, the others stop claiming steps.
+        CHECK(asked_past_end.load() <= threads);
+      }
+    }
+  }
+}
+
 TEST_CASE("batches arrive in step order, each once, and never more than depth ahead") {
   for (const unsigned threads : {1U, 2U, 4U, 8U}) {
     for (const std::size_t depth : {std::size_t{1}, std::size_t{2}, std::size_t{3}, std::size_t{8}}) {

@@ -65,6 +65,7 @@ class loaded_batch {
   std::vector<std::span<const piece>> rows;  ///< scratch: the step's rows, sized once
   std::uint64_t step = 0;
   std::uint32_t rank = 0;
+  std::uint64_t epoch = 0;  ///< the plan's epoch (schedule_options::epoch); 0 for a loader made from steps
 
   /// Allocates layout.bytes<T>() bytes from `memory` (nullptr: operator new) and zero-fills
   /// them, so that every page is touched before the first batch. Throws option_error for an
@@ -80,7 +81,8 @@ class loaded_batch {
         view(other.view),
         rows(std::move(other.rows)),
         step(other.step),
-        rank(other.rank) {}
+        rank(other.rank),
+        epoch(other.epoch) {}
   loaded_batch(const loaded_batch&) = delete;
   loaded_batch& operator=(const loaded_batch&) = delete;
   loaded_batch& operator=(loaded_batch&&) = delete;
@@ -125,6 +127,40 @@ namespace detail {
 
 [[noreturn]] inline void throw_step_error(std::uint64_t step, const std::string& what) {
   throw option_error("batch_loader: step " + std::to_string(step) + what);
+}
+
+/// Throws option_error naming `who` when `rank` is outside the plan's world, sample_error when
+/// a piece of the plan is outside `dataset`. O(pieces).
+template <token_dataset D>
+void check_plan(const D& dataset, const epoch_plan& plan, std::uint32_t rank, const std::string& who) {
+  if (rank >= plan.schedule.world_size())
+    throw option_error(who + ": rank " + std::to_string(rank) + " is outside the world of " +
+                       std::to_string(plan.schedule.world_size()) + " ranks");
+  const std::size_t samples = dataset.size();
+  for (const piece& p : plan.packed.rows.pieces())
+    if (p.sample >= samples || p.end > dataset.length(p.sample))
+      throw sample_error(who + ": the plan takes tokens [" + std::to_string(p.begin) + ", " + std::to_string(p.end) +
+                         ") of sample " + std::to_string(p.sample) + ", which the dataset of " +
+                         std::to_string(samples) + " samples does not have");
+}
+
+/// Points the batch's rows at step `step` of `rank` in `plan`, and records where it belongs.
+/// O(micro_batch).
+template <batch_token T>
+void take_rows_of_plan(const epoch_plan& plan, std::uint64_t step, std::uint32_t rank, loaded_batch<T>& b) {
+  for (std::uint32_t slot = 0; slot < b.rows.size(); ++slot) b.rows[slot] = plan.pieces(step, rank, slot);
+  b.step = step;
+  b.rank = rank;
+  b.epoch = plan.schedule.options().epoch;
+}
+
+/// Collates the rows the batch points at. A file-backed dataset first says whether its files
+/// changed under it (a shard rewritten while training): the batch fails with that error
+/// instead of reading a shrunk mapping.
+template <token_dataset D, batch_token T>
+void collate_rows(const D& dataset, const batch_options& options, loaded_batch<T>& b) {
+  if constexpr (change_checked_dataset<D>) dataset.check_unchanged();
+  collate(dataset, std::span<const std::span<const piece>>(b.rows), options.mask, options.collate, b.view);
 }
 
 }  // namespace detail
@@ -203,7 +239,7 @@ class batch_loader {
         rank_(detail::rank_argument(rank, plan_ ? plan_->schedule.world_size() : 0, "batch_loader")),
         options_(std::move(options)),
         layout_(checked_plan_layout()),
-        rows_of_(plan_rows(plan_, rank_, layout_.micro_batch)),
+        rows_of_(plan_rows(plan_, rank_)),
         prefetcher_(prefetch, check_start(start_step), plan_->schedule.steps(),
                     [this] { return batch(layout_, options_.memory); },
                     [this](std::uint64_t step, batch& b) { build(step, b); }) {}
@@ -256,15 +292,7 @@ class batch_loader {
   batch_layout checked_plan_layout() const {
     if (!plan_) throw option_error("batch_loader: no plan");
     check_dataset();
-    if (rank_ >= plan_->schedule.world_size())
-      throw option_error("batch_loader: rank " + std::to_string(rank_) + " is outside the world of " +
-                         std::to_string(plan_->schedule.world_size()) + " ranks");
-    const std::size_t samples = dataset_->size();
-    for (const piece& p : plan_->packed.rows.pieces())
-      if (p.sample >= samples || p.end > dataset_->length(p.sample))
-        throw sample_error("batch_loader: the plan takes tokens [" + std::to_string(p.begin) + ", " +
-                           std::to_string(p.end) + ") of sample " + std::to_string(p.sample) +
-                           ", which the dataset of " + std::to_string(samples) + " samples does not have");
+    detail::check_plan(*dataset_, *plan_, rank_, "batch_loader");
     return layout_of(*plan_, options_);
   }
 
@@ -275,13 +303,8 @@ class batch_loader {
     return checked_layout_of(*dataset_, steps, options_.capacity, options_.pad_to_multiple);
   }
 
-  static rows_function plan_rows(const std::shared_ptr<const epoch_plan>& plan, std::uint32_t rank,
-                                 std::uint32_t micro_batch) {
-    return [plan = plan.get(), rank, micro_batch](std::uint64_t step, batch& b) {
-      for (std::uint32_t slot = 0; slot < micro_batch; ++slot) b.rows[slot] = plan->pieces(step, rank, slot);
-      b.step = step;
-      b.rank = rank;
-    };
+  static rows_function plan_rows(const std::shared_ptr<const epoch_plan>& plan, std::uint32_t rank) {
+    return [plan = plan.get(), rank](std::uint64_t step, batch& b) { detail::take_rows_of_plan(*plan, step, rank, b); };
   }
 
   template <class Steps>
@@ -311,11 +334,8 @@ class batch_loader {
   }
 
   void build(std::uint64_t position, batch& b) const {
-    // A file-backed dataset says when its files changed under it (a shard rewritten while
-    // training): the batch fails with that error instead of reading a shrunk mapping.
-    if constexpr (change_checked_dataset<D>) dataset_->check_unchanged();
     rows_of_(position, b);
-    collate(*dataset_, std::span<const std::span<const piece>>(b.rows), options_.mask, options_.collate, b.view);
+    detail::collate_rows(*dataset_, options_, b);
   }
 
   std::shared_ptr<const D> dataset_;

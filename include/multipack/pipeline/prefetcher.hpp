@@ -14,6 +14,9 @@
 // - Stopping early: the destructor tells the workers to stop, wakes those waiting for a
 //   buffer, and joins them; a worker building a batch finishes that batch first, so the
 //   destructor returns within one batch's build time.
+// - Open-ended: a prefetcher may also run with no known end (an epoch_loader's steps span
+//   epochs whose lengths are known only once planned): its build function says, by returning
+//   false, that a step is past the end, and next() then returns std::nullopt.
 // - A batch may outlive the prefetcher: the pool of buffers is shared by the prefetcher and
 //   every lease (libtorch tensors over a batch keep theirs until the last tensor dies), and
 //   goes when the last of them does.
@@ -24,6 +27,7 @@
 #include <cstdint>
 #include <exception>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -61,6 +65,7 @@ struct prefetch_statistics {
   double elapsed_seconds = 0;            ///< since construction
   std::size_t max_ready = 0;             ///< most batches found built ahead of the consumer at a next()
   double mean_ready = 0;                 ///< their mean over the next() calls
+  double max_wait_seconds = 0;           ///< the longest single wait of next(), after the first batch
 };
 
 template <class Buffer>
@@ -69,6 +74,7 @@ class prefetcher {
     std::uint64_t step = 0;
     Buffer* buffer = nullptr;
     std::exception_ptr error;
+    bool past_end = false;  // the build said the sequence has no such step
   };
   /// The buffers and the queue of free ones: shared by the prefetcher and its leases.
   struct pool {
@@ -87,6 +93,10 @@ class prefetcher {
   /// Builds `buffer` for `step`. Called from the worker threads, several at once (on
   /// different buffers and steps): it must be safe to call concurrently.
   using build_function = std::function<void(std::uint64_t step, Buffer& buffer)>;
+  /// The open-ended form's: builds `buffer` for `step` and returns true, or returns false
+  /// when the sequence ended before `step` (then it must return false for every later step).
+  /// Called as build_function is.
+  using open_build_function = std::function<bool(std::uint64_t step, Buffer& buffer)>;
 
   /// A built batch, on loan to the consumer until destroyed (or release()d): then its buffer
   /// goes back to the pool. It may outlive the prefetcher (it keeps the pool alive: one
@@ -135,6 +145,95 @@ class prefetcher {
   /// (the started ones are stopped first). Cost: depth buffers, threads threads.
   prefetcher(const prefetch_options& options, std::uint64_t first_step, std::uint64_t end_step,
              const std::function<Buffer()>& make_buffer, build_function build)
+      : prefetcher(any_build{}, options, first_step, end_step, make_buffer, bounded(std::move(build))) {}
+
+  /// The open-ended form: steps first_step, first_step + 1, ... until `build` returns false
+  /// for one (see open_build_function); next() returns std::nullopt at that step. Throws and
+  /// costs as the bounded form.
+  prefetcher(const prefetch_options& options, std::uint64_t first_step, const std::function<Buffer()>& make_buffer,
+             open_build_function build)
+      : prefetcher(any_build{}, options, first_step, std::numeric_limits<std::uint64_t>::max(), make_buffer,
+                   std::move(build)) {}
+
+  prefetcher(const prefetcher&) = delete;
+  prefetcher& operator=(const prefetcher&) = delete;
+
+  /// Stops and joins the workers (see the header); returns within one batch's build time.
+  /// Leases still held keep their buffers (and the pool) until released. Never throws.
+  ~prefetcher() { stop(); }
+
+  /// The next step's batch, in step order; blocks until it is built. std::nullopt once every
+  /// step has been handed out. Rethrows the exception of the worker that failed on this step
+  /// (and again at every later call). Throws option_error when the consumer holds every
+  /// buffer (nothing could ever be built). Consumer thread only: not thread-safe.
+  /// Cost: a queue operation; no allocation once warm.
+  [[nodiscard]] std::optional<lease> next() {
+    if (failure_) std::rethrow_exception(failure_);
+    if (expected_ >= end_ || ended_) return std::nullopt;
+    if (pool_->held.load(std::memory_order_acquire) == depth_)
+      throw option_error("prefetcher: the consumer holds all " + std::to_string(depth_) +
+                         " buffers; release a batch before asking for the next");
+    built& slot = arrived_[expected_ % depth_];
+    const std::size_t ready = arrived_count_ + ready_.size_approx();
+    max_ready_ = std::max(max_ready_, ready);
+    ready_sum_ += static_cast<double>(ready);
+    ++next_calls_;
+    while (slot.buffer == nullptr) {
+      built item;
+      if (delivered_ == 0) {
+        ready_.wait_dequeue(item);
+      } else {
+        const auto start = clock::now();
+        ready_.wait_dequeue(item);
+        const auto waited = clock::now() - start;
+        wait_ += waited;
+        max_wait_ = std::max(max_wait_, waited);
+      }
+      arrived_[item.step % depth_] = std::move(item);
+      ++arrived_count_;
+    }
+    built item = std::exchange(slot, built{});
+    --arrived_count_;
+    if (item.error) {
+      // The buffer of the failed build goes back; the failure stays for later calls.
+      pool_->free.enqueue(item.buffer);
+      failure_ = item.error;
+      std::rethrow_exception(failure_);
+    }
+    if (item.past_end) {
+      pool_->free.enqueue(item.buffer);
+      ended_ = true;
+      return std::nullopt;
+    }
+    ++expected_;
+    ++delivered_;
+    pool_->held.fetch_add(1, std::memory_order_acq_rel);
+    return lease(pool_, item.buffer, item.step);
+  }
+
+  /// Statistics so far. Consumer thread only. O(1).
+  [[nodiscard]] prefetch_statistics statistics() const {
+    prefetch_statistics s;
+    s.batches = delivered_;
+    s.consumer_wait_seconds = std::chrono::duration<double>(wait_).count();
+    s.producer_busy_seconds = static_cast<double>(busy_ns_.load(std::memory_order_relaxed)) * 1e-9;
+    s.elapsed_seconds = std::chrono::duration<double>(clock::now() - start_).count();
+    s.max_ready = max_ready_;
+    s.mean_ready = next_calls_ == 0 ? 0.0 : ready_sum_ / static_cast<double>(next_calls_);
+    s.max_wait_seconds = std::chrono::duration<double>(max_wait_).count();
+    return s;
+  }
+
+  [[nodiscard]] std::uint64_t end_step() const noexcept { return end_; }
+  [[nodiscard]] std::size_t depth() const noexcept { return depth_; }
+
+ private:
+  using clock = std::chrono::steady_clock;
+  static constexpr std::size_t spare_items = 2 * detail::queue_traits::BLOCK_SIZE;  // two blocks
+
+  struct any_build {};  // selects the constructor both public ones delegate to
+  prefetcher(any_build, const prefetch_options& options, std::uint64_t first_step, std::uint64_t end_step,
+             const std::function<Buffer()>& make_buffer, open_build_function build)
       : build_((validate(options), std::move(build))),  // first: the queues below are sized by the options
         next_step_(first_step),
         expected_(first_step),
@@ -170,73 +269,15 @@ class prefetcher {
     }
   }
 
-  prefetcher(const prefetcher&) = delete;
-  prefetcher& operator=(const prefetcher&) = delete;
-
-  /// Stops and joins the workers (see the header); returns within one batch's build time.
-  /// Leases still held keep their buffers (and the pool) until released. Never throws.
-  ~prefetcher() { stop(); }
-
-  /// The next step's batch, in step order; blocks until it is built. std::nullopt once every
-  /// step has been handed out. Rethrows the exception of the worker that failed on this step
-  /// (and again at every later call). Throws option_error when the consumer holds every
-  /// buffer (nothing could ever be built). Consumer thread only: not thread-safe.
-  /// Cost: a queue operation; no allocation once warm.
-  [[nodiscard]] std::optional<lease> next() {
-    if (failure_) std::rethrow_exception(failure_);
-    if (expected_ >= end_) return std::nullopt;
-    if (pool_->held.load(std::memory_order_acquire) == depth_)
-      throw option_error("prefetcher: the consumer holds all " + std::to_string(depth_) +
-                         " buffers; release a batch before asking for the next");
-    built& slot = arrived_[expected_ % depth_];
-    const std::size_t ready = arrived_count_ + ready_.size_approx();
-    max_ready_ = std::max(max_ready_, ready);
-    ready_sum_ += static_cast<double>(ready);
-    ++next_calls_;
-    while (slot.buffer == nullptr) {
-      built item;
-      if (delivered_ == 0) {
-        ready_.wait_dequeue(item);
-      } else {
-        const auto start = clock::now();
-        ready_.wait_dequeue(item);
-        wait_ += clock::now() - start;
-      }
-      arrived_[item.step % depth_] = std::move(item);
-      ++arrived_count_;
-    }
-    built item = std::exchange(slot, built{});
-    --arrived_count_;
-    if (item.error) {
-      // The buffer of the failed build goes back; the failure stays for later calls.
-      pool_->free.enqueue(item.buffer);
-      failure_ = item.error;
-      std::rethrow_exception(failure_);
-    }
-    ++expected_;
-    ++delivered_;
-    pool_->held.fetch_add(1, std::memory_order_acq_rel);
-    return lease(pool_, item.buffer, item.step);
+  // The bounded form's build as the open form's; an empty function stays empty (an error).
+  static open_build_function bounded(build_function build) {
+    if (!build) return {};
+    return [build = std::move(build)](std::uint64_t step, Buffer& buffer) {
+      build(step, buffer);
+      return true;
+    };
   }
 
-  /// Statistics so far. Consumer thread only. O(1).
-  [[nodiscard]] prefetch_statistics statistics() const {
-    prefetch_statistics s;
-    s.batches = delivered_;
-    s.consumer_wait_seconds = std::chrono::duration<double>(wait_).count();
-    s.producer_busy_seconds = static_cast<double>(busy_ns_.load(std::memory_order_relaxed)) * 1e-9;
-    s.elapsed_seconds = std::chrono::duration<double>(clock::now() - start_).count();
-    s.max_ready = max_ready_;
-    s.mean_ready = next_calls_ == 0 ? 0.0 : ready_sum_ / static_cast<double>(next_calls_);
-    return s;
-  }
-
-  [[nodiscard]] std::uint64_t end_step() const noexcept { return end_; }
-  [[nodiscard]] std::size_t depth() const noexcept { return depth_; }
-
- private:
-  using clock = std::chrono::steady_clock;
-  static constexpr std::size_t spare_items = 2 * detail::queue_traits::BLOCK_SIZE;  // two blocks
 
   void work(moodycamel::ProducerToken& token) noexcept {
     for (;;) {
@@ -248,7 +289,7 @@ class prefetcher {
       const auto start = clock::now();
       built item{step, buffer, nullptr};
       try {
-        build_(step, *buffer);
+        item.past_end = !build_(step, *buffer);
       } catch (...) {
         item.error = std::current_exception();
         // The steps before this one are claimed already and will be delivered; no later one
@@ -258,9 +299,11 @@ class prefetcher {
       busy_ns_.fetch_add(
           static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(clock::now() - start).count()),
           std::memory_order_relaxed);
-      const bool failed = item.error != nullptr;
+      // After a failure or the end no later step is needed: the steps before are claimed already.
+      const bool last = item.error != nullptr || item.past_end;
+      if (item.past_end) stopping_.store(true, std::memory_order_release);
       ready_.enqueue(token, std::move(item));
-      if (failed) return;
+      if (last) return;
     }
   }
 
@@ -272,10 +315,11 @@ class prefetcher {
       if (worker.joinable()) worker.join();
   }
 
-  build_function build_;
+  open_build_function build_;
   std::atomic<std::uint64_t> next_step_;
   std::uint64_t expected_;
-  std::uint64_t end_;
+  std::uint64_t end_;  // max() for the open-ended form
+  bool ended_ = false;  // the open-ended form's end was reached (consumer thread only)
   std::size_t depth_;
   std::shared_ptr<pool> pool_;
   detail::blocking_queue<built> ready_;
@@ -286,6 +330,7 @@ class prefetcher {
   std::uint64_t delivered_ = 0;
   std::atomic<std::uint64_t> busy_ns_{0};
   clock::duration wait_{};
+  clock::duration max_wait_{};
   clock::time_point start_;
   std::size_t max_ready_ = 0;
   double ready_sum_ = 0;
