@@ -63,7 +63,6 @@ struct longest_first {
   /// open() never opens a row: runs of the longest length can be taken in one step.
   static constexpr bool opens_rows = false;
   std::uint32_t open(const unplaced_items&) noexcept { return 0; }
-  void removed(std::uint32_t) noexcept {}
   std::uint32_t pair_start(std::uint32_t, std::uint32_t high) noexcept { return high; }
 };
 
@@ -74,7 +73,6 @@ class random_first {
   static constexpr bool opens_rows = true;
   random_first(const unplaced_items& items, std::uint64_t seed) : sampler_(items.count), rng_(seed) {}
   std::uint32_t open(const unplaced_items& items) { return sampler_.draw(items.count, items.left, rng_); }
-  void removed(std::uint32_t) noexcept {}
   std::uint32_t pair_start(std::uint32_t low, std::uint32_t high) noexcept {
     return static_cast<std::uint32_t>(low + rng_.below(std::uint64_t{high} - low + 1));
   }
@@ -96,12 +94,12 @@ void fill_rows_exactly(unplaced_items& items, Opening& opening, std::uint32_t ca
   while (items.left != 0) {
     std::uint32_t gap = capacity;
     std::uint32_t in_row = 0;
-    auto take = [&](std::uint32_t length) {
-      slots.add(pieces, position++, length);
-      items.remove(length);
-      opening.removed(length);
-      gap -= length;
-      ++in_row;
+    // Places `n` items of `length` in the row.
+    auto take = [&](std::uint32_t length, std::uint32_t n = 1) {
+      for (std::uint32_t k = 0; k < n; ++k) slots.add(pieces, position++, length);
+      items.remove(length, n);
+      gap -= n * length;
+      in_row += n;
     };
     // Two items a >= b with a + b == gap, a searched downwards from `from` then from `high`.
     auto close_with_pair = [&](std::uint32_t shortest, std::uint32_t longest) {
@@ -138,10 +136,7 @@ void fill_rows_exactly(unplaced_items& items, Opening& opening, std::uint32_t ca
         if (spread && gap > 2 * longest) {
           const std::uint32_t run = std::min({count[longest], (gap - 2 * longest + longest - 1) / longest,
                                               per_row_limit - in_row});
-          for (std::uint32_t k = 0; k < run; ++k) slots.add(pieces, position++, longest);
-          items.remove(longest, run);
-          gap -= run * longest;
-          in_row += run;
+          take(longest, run);
           continue;
         }
       }
