@@ -54,12 +54,10 @@ struct packing {
   detail::item_histogram histogram = detail::classify(lengths, options, result.report);
   piece_vector pieces;
   std::vector<std::uint64_t> offsets{0};
-  // Rows: at least the token bound, and at least one a piece longer than half a row (no two
-  // share a row). Reserving for the larger keeps the offsets from growing by copies (3x their
-  // size at the peak) where long pieces dominate.
-  std::uint64_t over_half = 0;
-  for (std::size_t l = options.capacity / 2 + 1; l < histogram.count.size(); ++l) over_half += histogram.count[l];
-  const std::uint64_t expected_rows = std::max<std::uint64_t>(result.report.lower_bound, over_half);
+  // Rows: at least the lower bound (which counts the pieces over half a row, no two in one
+  // row). Reserving for it keeps the offsets from growing by copies (3x their size at the
+  // peak) where long pieces dominate.
+  const std::uint64_t expected_rows = result.report.lower_bound;
   offsets.reserve(expected_rows + expected_rows / 64 + 2);
 
   if (options.algorithm == packing_algorithm::next_fit) {

@@ -14,7 +14,8 @@ struct pack_report {
   std::uint64_t pieces = 0;             ///< pieces in rows (a split sample has several)
   std::uint64_t rows = 0;
   std::uint32_t capacity = 0;
-  /// ceil(packed_tokens / capacity): no packing of the packed tokens has fewer rows.
+  /// No packing of the packed pieces has fewer rows: the larger of ceil(packed_tokens /
+  /// capacity) and the number of pieces longer than capacity / 2 (no two share a row).
   std::uint64_t lower_bound = 0;
   std::uint64_t empty_samples = 0;      ///< length 0: counted, not packed
   std::uint64_t dropped_samples = 0;    ///< longer than a row, policy drop

@@ -4,6 +4,7 @@
 // per-cause counts. And how the histogram-based packers hand each slot of a given length, in
 // the order the slots are created, to the samples of that length in a given sample order.
 
+#include <algorithm>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -104,12 +105,16 @@ struct item_histogram {
     throw option_error("pack: " + std::to_string(histogram.items) +
                        " pieces to pack; at most 2^32 - 2 are supported");
   report.pieces = histogram.items;
-  report.lower_bound = (report.packed_tokens + capacity - 1) / capacity;
+  // Two bounds on rows, both exact for some inputs: the tokens, and the pieces over half a
+  // row (no two of them share one).
+  std::uint64_t over_half = 0;
   for (std::uint32_t l = 1; l <= capacity; ++l)
     if (histogram.count[l] != 0) {
       if (histogram.shortest == 0) histogram.shortest = l;
       histogram.longest = l;
+      if (l > capacity / 2) over_half += histogram.count[l];
     }
+  report.lower_bound = std::max<std::uint64_t>((report.packed_tokens + capacity - 1) / capacity, over_half);
   return histogram;
 }
 
