@@ -88,6 +88,11 @@ class length_set {
   [[nodiscard]] std::uint32_t find_prev_pair(std::uint32_t low, std::uint32_t high, std::uint32_t sum,
                                              int& budget) const noexcept {
     if (low > high || budget <= 0) return none;
+    // Scan only from the highest member to the lowest (two summary lookups): where long items
+    // leave gaps that only short ones reach, the range is mostly empty words.
+    high = find_prev(high);
+    if (high == none || high < low) return none;
+    low = find_next(low);
     for (std::int64_t w = high >> 6U; w >= static_cast<std::int64_t>(low >> 6U) && budget > 0; --w) {
       const auto base = static_cast<std::uint32_t>(w << 6);
       std::uint64_t candidates = words_[static_cast<std::size_t>(w)];
