@@ -1,7 +1,7 @@
 # The CUDA room: multipack::cuda when the CUDA Toolkit is found. It needs only the runtime
 # API, so it is compiled by the host compiler and linked to CUDA's static runtime (what nvcc
 # links by default). Without the toolkit the target is simply absent.
-option(MULTIPACK_CUDA "Provide multipack::cuda when the CUDA Toolkit is found" ON)
+option(MULTIPACK_CUDA "Provide multipack::cuda when the CUDA Toolkit is found" ${multipack_components_default})
 set(multipack_has_cuda OFF)
 if(MULTIPACK_CUDA)
   # Debian and NVIDIA's installers leave the toolkit in /usr/local/cuda, off the PATH.

@@ -1,7 +1,7 @@
 # The torch/ layer: multipack::torch when libtorch is found (Debian's libtorch-dev, through
 # its TorchConfig.cmake). Without libtorch the target is simply absent, as multipack::cuda is
 # without CUDA; find_package(multipack COMPONENTS torch) then fails and says why.
-option(MULTIPACK_TORCH "Provide multipack::torch when libtorch is found" ON)
+option(MULTIPACK_TORCH "Provide multipack::torch when libtorch is found" ${multipack_components_default})
 set(multipack_has_torch OFF)
 if(MULTIPACK_TORCH)
   find_package(Torch QUIET)
