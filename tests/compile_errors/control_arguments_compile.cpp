@@ -50,6 +50,9 @@ int main() {
       multipack::plan_epoch(sample_lengths, multipack::pack_options{.capacity = 8}, {.world_size = 2}));
   multipack::batch_loader<multipack::in_memory_dataset<>> loader(dataset_in_memory, plan, rank, {}, {});
   multipack::batch_loader<multipack::in_memory_dataset<>> wide(dataset_in_memory, plan, wide_rank, {}, {});
+  // schedule_rank_of_bool.cpp's call with integer ranks.
+  (void)plan->schedule.rows(0, rank);
+  (void)plan->pieces(0, wide_rank, 0);
 
   (void)steps;
   (void)same;

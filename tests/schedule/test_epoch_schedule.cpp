@@ -385,8 +385,15 @@ TEST_CASE("bad options are clear errors, not empty or wrong schedules") {
   const epoch_schedule s(rows, {2, 2});
   CHECK(test::contains(test::message_of<option_error>([&] { (void)s.rows(2, 0); }), "step 2 is past the end"));
   CHECK(test::contains(test::message_of<option_error>([&] { (void)s.rows(0, 2); }), "rank 2 is outside the world of 2"));
+  // The rank as given: -1 (not 4294967295), and 2^32 (which a uint32 parameter wrapped to rank 0).
+  CHECK(test::contains(test::message_of<option_error>([&] { (void)s.rows(0, -1); }), "rank -1 is outside the world of 2"));
+  CHECK(test::contains(test::message_of<option_error>([&] { (void)s.rows(0, std::uint64_t{1} << 32); }),
+                       "rank 4294967296 is outside the world of 2"));
+  CHECK(s.rows(1, std::int64_t{1}).data() == s.rows(1, std::uint8_t{1}).data());
   const epoch_plan plan = plan_epoch(std::vector<std::uint32_t>{5, 6, 7}, {8}, {1, 2});
   CHECK(test::contains(test::message_of<option_error>([&] { (void)plan.pieces(0, 0, 2); }), "slot 2"));
+  CHECK(test::contains(test::message_of<option_error>([&] { (void)plan.pieces(0, std::uint64_t{1} << 32, 0); }),
+                       "rank 4294967296 is outside the world of 1"));
   CHECK(test::contains(test::message_of<option_error>([] { (void)plan_epoch(std::vector<std::uint32_t>{}, {8}, {1, 1}); }),
                        "no rows"));
   CHECK(parse_remainder_policy("drop") == remainder_policy::drop);

@@ -83,11 +83,15 @@ class epoch_schedule {
 
   /// The micro_batch rows (indices into the packing) that `rank` trains on in `step`, in the
   /// order of the epoch's sequence, padding rows (padding_row) last. O(1). Throws
-  /// option_error for a step past the end or a rank outside the world. Thread-safe (const).
-  [[nodiscard]] std::span<const std::uint32_t> rows(std::uint64_t step, std::uint32_t rank) const {
+  /// option_error for a step past the end or a rank outside the world, naming the rank as given
+  /// (any integer type but bool and the character types: a bool such as is_main does not
+  /// compile). Thread-safe (const).
+  template <plain_integral Rank>
+  [[nodiscard]] std::span<const std::uint32_t> rows(std::uint64_t step, Rank given_rank) const {
     if (step >= steps_)
       throw option_error("epoch_schedule: step " + std::to_string(step) + " is past the end of the epoch (" +
                          std::to_string(steps_) + " steps, numbered from 0)");
+    const std::uint32_t rank = detail::rank_argument(given_rank, options_.world_size, "epoch_schedule");
     if (rank >= options_.world_size)
       throw option_error("epoch_schedule: rank " + std::to_string(rank) + " is outside the world of " +
                          std::to_string(options_.world_size) + " ranks");

@@ -6,6 +6,7 @@
 #include <span>
 #include <utility>
 
+#include "multipack/core/concepts.hpp"  // plain_integral
 #include "multipack/core/error.hpp"
 #include "multipack/core/piece.hpp"
 #include "multipack/pack/pack.hpp"
@@ -19,9 +20,11 @@ struct epoch_plan {
   epoch_schedule schedule;  ///< which row every (step, rank, slot) takes
 
   /// The pieces of the row that `rank` trains on in `step`, slot `slot` (< micro_batch); empty
-  /// for a padding row. O(1). Throws option_error for a step, rank or slot out of range.
+  /// for a padding row. O(1). Throws option_error for a step, rank or slot out of range. The
+  /// rank is any integer type but bool and the character types, as epoch_schedule::rows takes it.
   /// Thread-safe (const).
-  [[nodiscard]] std::span<const piece> pieces(std::uint64_t step, std::uint32_t rank, std::uint32_t slot) const {
+  template <plain_integral Rank>
+  [[nodiscard]] std::span<const piece> pieces(std::uint64_t step, Rank rank, std::uint32_t slot) const {
     const std::span<const std::uint32_t> rows = schedule.rows(step, rank);
     if (slot >= rows.size())
       throw option_error("epoch_plan: slot " + std::to_string(slot) + " is outside the micro-batch of " +
