@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The device check, for a machine with an NVIDIA GPU, in under 5 minutes: builds the CUDA
 # tests and multipack-bench, runs every test labelled cuda (the device ones, skipped
-# elsewhere, included), then `multipack-bench load --device` at four settings, and prints a
-# table last. Figures and logs go to $OUT (or build-gpu/out).
+# elsewhere, included), then `multipack-bench load --device` at four settings; where python3
+# has PyTorch with CUDA, builds the libtorch device test against its libtorch and runs it
+# (torch.real.device_tensors); prints a table last. Figures and logs go to $OUT (or
+# build-gpu/out).
 #
 # Dependencies: the Debian packages of scripts/install-deps where apt works; on a machine
 # that reaches no registry, the copy scripts/gpu-deps leaves in .gpu-deps/root (carry it).
@@ -62,6 +64,27 @@ for entry in "${runs[@]}"; do
     --batches-in-flight 3 ${entry#*|} --json >"$out/load-$name.json" 2>"$out/load-$name.err" ||
     { log "load --device $name failed: $(cat "$out/load-$name.err")"; rm -f "$out/load-$name.json"; }
 done
+
+# libtorch with CUDA, where python3 has PyTorch built with it: the device batches as CUDA
+# tensors that libtorch reads back (torch.real.device_tensors). A build of its own, so that a
+# libtorch that does not configure costs the figures above nothing.
+torch_prefix=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path if torch.version.cuda else "")' 2>/dev/null || true)
+if [[ -n $torch_prefix ]]; then
+  log "libtorch with CUDA from PyTorch: $torch_prefix"
+  torch_configure=("${configure[@]/-DMULTIPACK_TORCH=OFF/-DMULTIPACK_TORCH=ON}")
+  torch_configure=("${torch_configure[@]/#-DCMAKE_PREFIX_PATH=/-DCMAKE_PREFIX_PATH=$torch_prefix;}")
+  [[ " ${torch_configure[*]} " == *" -DCMAKE_PREFIX_PATH="* ]] || torch_configure+=("-DCMAKE_PREFIX_PATH=$torch_prefix")
+  if cmake -S . -B build-gpu-torch "${torch_configure[@]}" >"$out/torch-configure.log" 2>&1 &&
+     cmake --build build-gpu-torch -j"$(nproc)" --target test_torch_device_tensors_real >"$out/torch-build.log" 2>&1; then
+    ctest --test-dir build-gpu-torch -R '^torch[.]real[.]' --output-on-failure --timeout 240 2>&1 | tee "$out/torch-ctest.txt"
+    [[ ${PIPESTATUS[0]} -eq 0 ]] || tests_ok=1
+  else
+    log "libtorch build failed:"; tail -30 "$out/torch-build.log" 2>/dev/null || tail -30 "$out/torch-configure.log"
+    tests_ok=1
+  fi
+else
+  log "no PyTorch with CUDA for python3: the libtorch device test is not built"
+fi
 
 log "done"
 python3 - "$out" <<'PY'

@@ -4,11 +4,15 @@
 # requirement that the misuse breaks).
 file(STRINGS "${SOURCE}" first LIMIT_COUNT 1)
 string(REGEX REPLACE "^// expect: " "" expected "${first}")
-# EXTRA_INCLUDE: one more include directory (CUDA's, for the cases under cuda/).
+# EXTRA_INCLUDE: more include directories, "|" between them (CUDA's for the cases under
+# cuda/; concurrentqueue's where it is not on the compiler's own path).
 set(extra "")
-if(EXTRA_INCLUDE)
-  set(extra "-isystem" "${EXTRA_INCLUDE}")
-endif()
+string(REPLACE "|" ";" extra_includes "${EXTRA_INCLUDE}")
+foreach(dir IN LISTS extra_includes)
+  if(dir)
+    list(APPEND extra "-isystem" "${dir}")
+  endif()
+endforeach()
 execute_process(COMMAND "${COMPILER}" -std=c++20 -fsyntax-only "-I${INCLUDE}" ${extra} "${SOURCE}"
                 RESULT_VARIABLE result OUTPUT_VARIABLE output ERROR_VARIABLE output)
 if(expected STREQUAL "compiles")

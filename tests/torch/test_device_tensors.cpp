@@ -1,5 +1,5 @@
 // Device batches as tensors (torch/device_tensors.hpp), against the CUDA runtime simulated on
-// the host (tests/cuda/simulated_runtime.cpp). Debian's libtorch has no CUDA: there a device
+// the host (tests/cuda/simulated_runtime.cpp), and against the real one where libtorch has CUDA. Debian's libtorch has no CUDA: there a device
 // batch's tensors throw libtorch's error, and the batch must go back all the same; with a
 // CUDA libtorch (on a GPU machine) they are CUDA tensors over the device buffers. On the
 // loader's host fallback they are CPU tensors over the host batch.
@@ -13,6 +13,7 @@
 #include "multipack/cuda/device_loader.hpp"
 #include "multipack/data/indexed_dataset.hpp"
 #include "multipack/data/length_list.hpp"
+#include "multipack/pipeline/batch_loader.hpp"
 #include "multipack/schedule/plan.hpp"
 #include "multipack/torch/device_tensors.hpp"
 #include "support/paths.hpp"
@@ -49,6 +50,22 @@ TEST_SUITE("device") {
       CHECK((t.input_ids.sizes() == at::IntArrayRef({rows, length})));
       CHECK((t.input_ids.scalar_type() == at::kLong));
       CHECK(t.cu_seqlens.is_cuda());
+#ifdef MULTIPACK_TEST_REAL_CUDA_RUNTIME  // the simulated runtime's device memory is host memory
+      // libtorch reads what the loader built: every tensor, read back, is the host loader's
+      // batch of the same step (the CPU tensors of batch_loader over the same plan).
+      multipack::batch_loader<multipack::indexed_dataset, std::int64_t> host(data.dataset, data.plan, 0, {},
+                                                                             {.threads = 1, .depth = 1});
+      auto lease = host.next();
+      REQUIRE(lease);
+      const auto expected = multipack::torch::to_tensors(std::move(*lease));
+      trainer.synchronize();  // the tensors' reads below are on libtorch's stream, not `trainer`
+      CHECK(::torch::equal(t.input_ids.cpu(), expected.input_ids));
+      CHECK(::torch::equal(t.labels.cpu(), expected.labels));
+      CHECK(::torch::equal(t.position_ids.cpu(), expected.position_ids));
+      CHECK(::torch::equal(t.sequence_ids.cpu(), expected.sequence_ids));
+      CHECK(::torch::equal(t.cu_seqlens.cpu(), expected.cu_seqlens));
+      CHECK(t.loss_tokens == expected.loss_tokens);
+#endif
     } else {
       // Each failed conversion gives its batch back: more failures than device buffers, and
       // the loader still goes on.
