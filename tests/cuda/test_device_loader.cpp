@@ -120,10 +120,16 @@ void check_one_epoch(std::uint32_t pad_to_multiple, unsigned threads, std::size_
     CHECK(warm->host_allocations - before.host_allocations == static_cast<std::int64_t>(2 + in_flight));
     CHECK(warm->device_allocations - before.device_allocations == static_cast<std::int64_t>(in_flight));
     std::uint64_t step = 0;
+    std::vector<const T*> buffers;  // the device buffer of each step
     while (auto batch = loader.next()) {
       REQUIRE(batch->step() == step);
       REQUIRE(batch->rank() == rank);
       REQUIRE(batch->on_device());
+      // Each batch released before the next: the buffers go round, so the copy of a step
+      // never waits for the step before it (that one's buffer is the last to be reused).
+      buffers.push_back(batch->view().input_ids.get());
+      if (step >= in_flight) REQUIRE(buffers[step] == buffers[step - in_flight]);
+      if (step >= 1 && in_flight > 1) REQUIRE(buffers[step] != buffers[step - 1]);
       expected_bytes += batch->view().used_bytes();
       batch->wait(trainer.get());
       results.enqueue(step, batch->view(), trainer.get());

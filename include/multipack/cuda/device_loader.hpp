@@ -107,13 +107,14 @@ class device_ring {
  public:
   device_ring(std::size_t slots, std::size_t bytes, bool timing) : device_(current_device()) {
     slots_.reserve(slots);
-    free_.reserve(slots);
+    free_.resize(slots);
     for (std::size_t i = 0; i < slots; ++i) {
       device_slot s{device_memory(bytes), event(timing), event(false), std::nullopt};
       if (timing) s.copy_started.emplace(true);
       slots_.push_back(std::move(s));
-      free_.push_back(slots - 1 - i);  // taken from the back: slot 0 first
+      free_[i] = i;  // slot 0 first
     }
+    free_count_ = slots;
   }
 
   device_ring(const device_ring&) = delete;
@@ -128,12 +129,16 @@ class device_ring {
   [[nodiscard]] std::size_t size() const noexcept { return slots_.size(); }
   [[nodiscard]] device_slot& operator[](std::size_t i) noexcept { return slots_[i]; }
 
-  /// A free slot, or none when the consumer holds them all. O(1).
+  /// The slot given back longest ago, or none when the consumer holds them all. O(1).
+  /// Oldest first, not last: the copy into a slot waits for the consumer's work before its
+  /// release, so the slot just released (the step the trainer is on) would make the next
+  /// copy wait for that step, and the trainer's stream then wait for the copy.
   [[nodiscard]] std::optional<std::size_t> acquire() {
     const std::lock_guard lock(mutex_);
-    if (free_.empty()) return std::nullopt;
-    const std::size_t i = free_.back();
-    free_.pop_back();
+    if (free_count_ == 0) return std::nullopt;
+    const std::size_t i = free_[free_head_];
+    free_head_ = (free_head_ + 1) % free_.size();
+    --free_count_;
     return i;
   }
 
@@ -150,7 +155,8 @@ class device_ring {
       s.release_error = result;
     }
     const std::lock_guard lock(mutex_);
-    free_.push_back(i);  // capacity reserved for every slot: no allocation
+    free_[(free_head_ + free_count_) % free_.size()] = i;
+    ++free_count_;
     return result;
   }
 
@@ -203,7 +209,9 @@ class device_ring {
   int device_;  // current at construction; the slots' memory and events are on it
   std::vector<device_slot> slots_;
   std::mutex mutex_;
-  std::vector<std::size_t> free_;
+  std::vector<std::size_t> free_;  ///< a ring: free_count_ slots from free_head_, oldest first
+  std::size_t free_head_ = 0;
+  std::size_t free_count_ = 0;
 };
 
 /// Queues the copy of the used part of every array; returns the bytes. Full-length rows
