@@ -73,10 +73,14 @@ struct packing_flags {
   std::string overlong = std::string(to_string(overlong_policy::drop));
   std::uint32_t max_per_row = 0;
   std::uint64_t seed = 0;
+  std::uint32_t threads = 1;
 };
 
 [[nodiscard]] inline pack_options to_pack_options(const packing_flags& o) {
-  return {o.capacity, parse_packing_algorithm(o.algorithm), parse_overlong_policy(o.overlong), o.max_per_row, o.seed};
+  pack_options options{o.capacity, parse_packing_algorithm(o.algorithm), parse_overlong_policy(o.overlong),
+                       o.max_per_row, o.seed};
+  options.threads = o.threads;
+  return options;
 }
 
 /// How the rows are scheduled over the ranks: what `plan` and `load` share.
@@ -113,7 +117,7 @@ inline void add_input_flags(CLI::App& command, input_flags& o) {
       ->check(non_negative_integer);
 }
 
-/// The input flags, then --capacity, --algorithm, --overlong, --max-per-row, --seed.
+/// The input flags, then --capacity, --algorithm, --overlong, --max-per-row, --seed, --pack-threads.
 inline void add_packing_flags(CLI::App& command, packing_flags& o) {
   add_input_flags(command, o.source);
   command.add_option("--capacity", o.capacity, "tokens per row")->capture_default_str();
@@ -127,6 +131,8 @@ inline void add_packing_flags(CLI::App& command, packing_flags& o) {
   command.add_option("--seed", o.seed, "seed of the randomized algorithm (pack); of every epoch's packing and order (plan)")
       ->capture_default_str()
       ->check(non_negative_integer);
+  command.add_option("--pack-threads", o.threads, "threads for packing's passes over the samples (the same rows for any)")
+      ->capture_default_str();
 }
 
 /// How the schedule flags are given: `plan` requires the world and the micro-batch (and leaves

@@ -21,6 +21,7 @@ inline nlohmann::ordered_json report_json(const pack_report& report, const pack_
       {"overlong", to_string(options.overlong)},
       {"max_per_row", options.max_per_row},
       {"seed", options.seed},
+      {"pack_threads", options.threads},
       {"rows", report.rows},
       {"lower_bound", report.lower_bound},
       {"rows_over_lower_bound", report.rows_over_lower_bound()},

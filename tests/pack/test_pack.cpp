@@ -249,3 +249,77 @@ TEST_CASE("max_per_row caps the pieces of every row") {
     CHECK(result.report.rows == 5);
   }
 }
+
+namespace {
+
+void check_same_report(const pack_report& a, const pack_report& b) {
+  CHECK(a.samples == b.samples);
+  CHECK(a.tokens == b.tokens);
+  CHECK(a.packed_samples == b.packed_samples);
+  CHECK(a.packed_tokens == b.packed_tokens);
+  CHECK(a.pieces == b.pieces);
+  CHECK(a.rows == b.rows);
+  CHECK(a.lower_bound == b.lower_bound);
+  CHECK(a.empty_samples == b.empty_samples);
+  CHECK(a.dropped_samples == b.dropped_samples);
+  CHECK(a.dropped_tokens == b.dropped_tokens);
+  CHECK(a.truncated_samples == b.truncated_samples);
+  CHECK(a.truncated_tokens == b.truncated_tokens);
+  CHECK(a.split_samples == b.split_samples);
+}
+
+}  // namespace
+
+TEST_CASE("threads split the passes over the samples, never the rows: the same packing for any count") {
+  // Enough samples for several parts a run (sample_order::min_part_samples each): Alpaca
+  // resampled, long-tailed with samples over the row (each overlong policy), and all equal.
+  const std::vector<std::uint32_t> alpaca = alpaca_lengths();
+  splitmix64 rng(11);
+  std::vector<std::uint32_t> resampled(200'003);
+  std::vector<std::uint32_t> long_tail(150'001);
+  const std::vector<std::uint32_t> equal(70'000, 700);
+  for (auto& length : resampled) length = alpaca[rng.below(alpaca.size())];
+  for (auto& length : long_tail)
+    length = static_cast<std::uint32_t>(rng.below(4) == 0 ? rng.below(3 * 2048) : rng.below(300));
+  const std::vector<std::uint32_t>* const shapes[] = {&resampled, &long_tail, &equal};
+  for (const std::vector<std::uint32_t>* lengths : shapes)
+    for (const packing_algorithm algorithm : all_algorithms)
+      for (const overlong_policy policy : tolerant_policies) {
+        if (lengths != &long_tail && policy != overlong_policy::drop) continue;  // nothing over the row
+        const pack_options one{2048, algorithm, policy, algorithm == packing_algorithm::exact_fit ? 5U : 0U, 3};
+        CAPTURE(lengths->size());
+        CAPTURE(to_string(algorithm));
+        CAPTURE(to_string(policy));
+        const packing reference = pack(*lengths, one);
+        test::check_packing(*lengths, one, reference);
+        for (const std::uint32_t threads : {2U, 3U, 8U}) {
+          CAPTURE(threads);
+          pack_options options = one;
+          options.threads = threads;
+          // The run is cut in parts, or this test would prove nothing.
+          CHECK(detail::sample_order(lengths->size(), options, false, 0).parts() > 1);
+          const packing result = pack(*lengths, options);
+          CHECK(result.rows == reference.rows);
+          check_same_report(result.report, reference.report);
+        }
+      }
+}
+
+TEST_CASE("threads: an overlong sample under policy error is the lowest one, whichever part holds it") {
+  std::vector<std::uint32_t> lengths(100'000, 10);
+  lengths[99'990] = 50;  // in the last part
+  for (const packing_algorithm algorithm : {packing_algorithm::exact_fit, packing_algorithm::randomized_exact_fit})
+    for (const std::uint32_t threads : {1U, 4U}) {
+      pack_options options{40, algorithm, overlong_policy::error, 0, 0};
+      options.threads = threads;
+      CHECK_THROWS_WITH_AS(pack(lengths, options), doctest::Contains("sample 99990 has 50 tokens"), sample_error);
+      std::vector<std::uint32_t> two = lengths;
+      two[30'001] = 41;  // an earlier part
+      CHECK_THROWS_WITH_AS(pack(two, options), doctest::Contains("sample 30001 has 41 tokens"), sample_error);
+    }
+  pack_options none{};
+  none.threads = 0;
+  CHECK_THROWS_WITH_AS(pack(lengths, none), doctest::Contains("threads must be at least 1"), option_error);
+  none.threads = max_packing_threads + 1;
+  CHECK_THROWS_WITH_AS(pack(lengths, none), doctest::Contains("at most 256"), option_error);
+}

@@ -56,6 +56,9 @@ struct pack_options {
   /// over a randomized packing of another (seed, epoch) is refused.
   std::uint64_t seed = 0;
   std::uint64_t epoch = 0;
+  /// Threads for the passes over the samples (classifying, bucketing, the last pass); the
+  /// rows are the same for any number. The row filling itself is one thread.
+  std::uint32_t threads = 1;
 };
 
 /// The largest capacity accepted: the histogram-based packers keep O(capacity) counters.
@@ -92,9 +95,17 @@ inline constexpr std::array<std::pair<overlong_policy, std::string_view>, 4> ove
   return detail::parse_name(overlong_policy_names, text, "overlong policy");
 }
 
-/// Throws option_error when the options cannot be packed with (capacity 0 or too large).
+/// The most threads pack_options::threads accepts.
+inline constexpr std::uint32_t max_packing_threads = 256;
+
+/// Throws option_error when the options cannot be packed with (capacity 0 or too large,
+/// threads 0 or over max_packing_threads).
 inline void validate(const pack_options& options) {
   if (options.capacity == 0) throw option_error("pack_options: capacity must be at least 1 token");
+  if (options.threads == 0) throw option_error("pack_options: threads must be at least 1");
+  if (options.threads > max_packing_threads)
+    throw option_error("pack_options: " + std::to_string(options.threads) + " threads; at most " +
+                       std::to_string(max_packing_threads) + " are supported");
   if (options.capacity > max_capacity)
     throw option_error("pack_options: capacity " + std::to_string(options.capacity) +
                        " exceeds the largest supported, " + std::to_string(max_capacity));

@@ -37,9 +37,12 @@ struct packing {
 /// Every sample of length > 0 is in the rows (as one piece, or several when split) or counted
 /// in the report under one cause; no row holds more than capacity tokens or more than
 /// max_per_row pieces. Pieces of the histogram-based algorithms are handed to samples of equal
-/// length in index order, so the result is a pure function of (lengths, options).
+/// length in index order, so the result is a pure function of (lengths, options), the same
+/// for any options.threads (which only splits the passes over the samples between threads).
 ///
-/// Cost: O(n + capacity) time for exact_fit and next_fit, O(n + capacity log n) expected for
+/// Cost: O(n + capacity) time for exact_fit and next_fit (the passes over the samples, not
+/// the row filling, split between options.threads threads where each has 16,384 samples and
+/// more than capacity of them; O(capacity) memory a thread), O(n + capacity log n) expected for
 /// randomized_exact_fit, O(n log n) for the decreasing ones; memory 12 bytes a piece for the
 /// result, plus 4 bytes a piece while packing for the decreasing ones, plus O(capacity), plus
 /// 16 bytes for each piece of a split sample but its first. Throws option_error for bad options or more than 2^32 - 2
@@ -51,7 +54,11 @@ struct packing {
     throw option_error("pack: " + std::to_string(lengths.size()) +
                        " samples; at most 2^32 - 2 are supported");
   packing result;
-  detail::item_histogram histogram = detail::classify(lengths, options, result.report);
+  // Samples of equal length are handed out in index order, except by randomized_exact_fit:
+  // in a seeded random order of blocks of 256 consecutive samples.
+  const bool shuffled = options.algorithm == packing_algorithm::randomized_exact_fit;
+  const detail::sample_order order(lengths.size(), options, shuffled, ~epoch_seed(options.seed, options.epoch));
+  detail::item_histogram histogram = detail::classify(lengths, options, order, result.report);
   piece_vector pieces;
   std::vector<std::uint64_t> offsets{0};
   // Rows: at least the lower bound (which counts the pieces over half a row, no two in one
@@ -65,23 +72,7 @@ struct packing {
     detail::next_fit(lengths, options, pieces, offsets);
   } else {
     pieces.resize(histogram.items);
-    // Samples of equal length are handed out in index order, except by randomized_exact_fit:
-    // in a seeded random order of blocks of 256 consecutive samples (random across the
-    // dataset, sequential, so fast, within a block).
-    constexpr std::size_t block = 256;
-    const bool shuffled = options.algorithm == packing_algorithm::randomized_exact_fit;
-    const feistel_permutation blocks(shuffled ? (lengths.size() + block - 1) / block : 0,
-                                     ~epoch_seed(options.seed, options.epoch));
-    detail::slot_assignment slots(pieces, histogram.count, lengths, options, [&](auto&& visit) {
-      if (!shuffled) {
-        for (std::size_t i = 0; i < lengths.size(); ++i) visit(i);
-        return;
-      }
-      for (std::size_t b = 0; b < blocks.size(); ++b) {
-        const std::size_t first = blocks(b) * block;
-        for (std::size_t i = first; i < std::min(first + block, lengths.size()); ++i) visit(i);
-      }
-    });
+    detail::slot_assignment slots(pieces, histogram, lengths, options, order);
     const std::uint32_t shortest = histogram.shortest;
     if (options.algorithm == packing_algorithm::best_fit_decreasing) {
       detail::best_fit_rows rows(options.capacity, options.max_per_row, shortest);

@@ -5,20 +5,91 @@
 // the order the slots are created, to the samples of that length in a given sample order.
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <span>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "multipack/core/error.hpp"
 #include "multipack/core/packed_rows.hpp"
 #include "multipack/core/piece.hpp"
+#include "multipack/core/random.hpp"
 #include "multipack/pack/options.hpp"
 #include "multipack/pack/report.hpp"
 
 namespace multipack::detail {
 
 inline constexpr std::uint32_t no_slot = UINT32_MAX;
+
+/// Runs work(part) for every part in [0, parts): parts 1, 2, ... on threads of their own, part
+/// 0 on the calling thread; returns when all are done. `work` must not throw. A part whose
+/// thread cannot be started runs on the calling thread: nothing depends on where a part runs.
+template <class Work>
+void run_parts(std::size_t parts, const Work& work) noexcept {
+  std::vector<std::thread> threads;
+  for (std::size_t part = 1; part < parts; ++part) {
+    try {
+      threads.emplace_back([&work, part] { work(part); });
+    } catch (...) {  // std::system_error (no thread), std::bad_alloc
+      work(part);
+    }
+  }
+  work(0);
+  for (std::thread& thread : threads) thread.join();
+}
+
+/// The order in which the samples of one length are handed to the slots of that length, cut
+/// into consecutive parts that threads classify and bucket side by side: blocks of 256
+/// consecutive samples, in index order, or in a seeded random order of the blocks
+/// (randomized_exact_fit: random across the dataset, sequential, so fast, within a block).
+/// Part p holds blocks [p * blocks / parts, (p + 1) * blocks / parts) of that order.
+class sample_order {
+ public:
+  static constexpr std::size_t block = 256;
+  /// Samples a part should have at least, so that a thread's start (tens of microseconds)
+  /// stays small beside its work.
+  static constexpr std::size_t min_part_samples = std::size_t{1} << 14;
+
+  /// `threads` parts at most, fewer for few samples, and one unless each part has more
+  /// samples than a histogram (capacity + 1 counters) has entries.
+  sample_order(std::size_t samples, const pack_options& options, bool shuffled, std::uint64_t seed)
+      : samples_(samples),
+        blocks_((samples + block - 1) / block),
+        permutation_(shuffled ? blocks_ : 0, seed),
+        shuffled_(shuffled) {
+    const std::size_t by_size = std::max<std::size_t>(1, samples / std::max<std::size_t>(min_part_samples, options.capacity + std::size_t{1}));
+    parts_ = std::max<std::size_t>(1, std::min<std::size_t>({options.threads, by_size, std::max<std::size_t>(blocks_, 1)}));
+  }
+
+  [[nodiscard]] std::size_t parts() const noexcept { return parts_; }
+
+  /// Calls visit_run(begin, end) for every run of consecutive sample indices [begin, end) of
+  /// `part`, in order: one run in index order, one a block when shuffled. The caller loops
+  /// over a run itself, so that its loop body is compiled inline. O(its samples).
+  template <class VisitRun>
+  void for_each_run_in_part(std::size_t part, VisitRun&& visit_run) const {
+    const std::size_t first = part * blocks_ / parts_;
+    const std::size_t last = (part + 1) * blocks_ / parts_;
+    if (!shuffled_) {
+      visit_run(first * block, std::min(last * block, samples_));
+      return;
+    }
+    for (std::size_t b = first; b < last; ++b) {
+      const std::size_t start = permutation_(b) * block;
+      visit_run(start, std::min(start + block, samples_));
+    }
+  }
+
+ private:
+  std::size_t samples_;
+  std::size_t blocks_;
+  feistel_permutation permutation_;
+  bool shuffled_;
+  std::size_t parts_ = 1;
+};
 
 /// What one sample becomes: `full_pieces` pieces of exactly `capacity` tokens (split only),
 /// then one item of `tail` tokens (0: none).
@@ -56,50 +127,131 @@ struct item_histogram {
   std::uint64_t items = 0;
   std::uint32_t shortest = 0;        ///< the shortest item's length (0 if none)
   std::uint32_t longest = 0;
+  /// With several parts of the sample order, part_count[p][l]: the items of length l in part
+  /// p (where the part's samples start in each length's bucket). Empty with one part.
+  std::vector<std::vector<std::uint32_t>> part_count;
 };
 
-/// Pass one: classifies every sample, fills the report's counts, returns the histogram.
-/// Throws sample_error for an overlong sample under overlong_policy::error.
-[[nodiscard]] inline item_histogram classify(std::span<const std::uint32_t> lengths,
-                                             const pack_options& options, pack_report& report) {
+/// What pass one counts over some samples.
+struct sample_tally {
+  std::uint64_t items = 0;
+  std::uint64_t tokens = 0;
+  std::uint64_t packed_tokens = 0;
+  std::uint64_t packed_samples = 0;
+  std::uint64_t empty = 0;
+  std::uint64_t dropped = 0;
+  std::uint64_t dropped_tokens = 0;
+  std::uint64_t truncated = 0;
+  std::uint64_t truncated_tokens = 0;
+  std::uint64_t split = 0;
+  std::size_t first_overlong = SIZE_MAX;  ///< the lowest overlong sample, under overlong_policy::error
+};
+
+/// Pass one over samples [begin, end): adds their items to `count` and the rest to `tally`.
+/// The tally is copied into locals for the loop: kept in memory (the counts' stores could
+/// alias it) it made the loop half as fast.
+inline void classify_run(std::span<const std::uint32_t> lengths, std::size_t begin, std::size_t end,
+                         const pack_options& options, std::uint32_t* count, sample_tally& tally) noexcept {
   const std::uint32_t capacity = options.capacity;
-  item_histogram histogram;
-  histogram.count.assign(std::size_t{capacity} + 1, 0);
+  const overlong_policy overlong = options.overlong;
+  sample_tally t = tally;
+  for (std::size_t i = begin; i < end; ++i) {
+    const std::uint32_t length = lengths[i];
+    t.tokens += length;
+    if (length == 0) {
+      ++t.empty;
+      continue;
+    }
+    if (length <= capacity) {
+      ++count[length];
+      ++t.items;
+      t.packed_tokens += length;
+      ++t.packed_samples;
+      continue;
+    }
+    switch (overlong) {
+      case overlong_policy::drop:
+        ++t.dropped;
+        t.dropped_tokens += length;
+        continue;
+      case overlong_policy::error:
+        t.first_overlong = std::min(t.first_overlong, i);
+        continue;
+      case overlong_policy::truncate:
+        ++t.truncated;
+        t.truncated_tokens += length - capacity;
+        break;
+      case overlong_policy::split:
+        ++t.split;
+        break;
+    }
+    const sample_items pieces = items_of(length, capacity, overlong);
+    count[capacity] += pieces.full_pieces;
+    count[pieces.tail] += pieces.tail != 0 ? 1 : 0;
+    t.items += pieces.full_pieces + (pieces.tail != 0 ? 1 : 0);
+    t.packed_tokens += std::uint64_t{pieces.full_pieces} * capacity + pieces.tail;
+    ++t.packed_samples;
+  }
+  tally = t;
+}
+
+/// Pass one: classifies every sample (the parts of `order` side by side, one a thread), fills
+/// the report's counts, returns the histogram. Throws sample_error for an overlong sample
+/// under overlong_policy::error (the lowest index, whatever the parts).
+[[nodiscard]] inline item_histogram classify(std::span<const std::uint32_t> lengths,
+                                             const pack_options& options, const sample_order& order,
+                                             pack_report& report) {
+  const std::uint32_t capacity = options.capacity;
+  const std::size_t parts = order.parts();
+  std::vector<std::vector<std::uint32_t>> counts(parts, std::vector<std::uint32_t>(std::size_t{capacity} + 1, 0));
+  std::vector<sample_tally> tallies(parts);
+  run_parts(parts, [&](std::size_t part) {
+    // One part needs no part counts: its samples in index order, sequential even when shuffled.
+    if (parts == 1) return classify_run(lengths, 0, lengths.size(), options, counts[0].data(), tallies[0]);
+    order.for_each_run_in_part(part, [&](std::size_t begin, std::size_t end) {
+      classify_run(lengths, begin, end, options, counts[part].data(), tallies[part]);
+    });
+  });
+
+  sample_tally all;
+  for (const sample_tally& t : tallies) {
+    all.items += t.items;
+    all.tokens += t.tokens;
+    all.packed_tokens += t.packed_tokens;
+    all.packed_samples += t.packed_samples;
+    all.empty += t.empty;
+    all.dropped += t.dropped;
+    all.dropped_tokens += t.dropped_tokens;
+    all.truncated += t.truncated;
+    all.truncated_tokens += t.truncated_tokens;
+    all.split += t.split;
+    all.first_overlong = std::min(all.first_overlong, t.first_overlong);
+  }
+  if (all.first_overlong != SIZE_MAX)
+    throw sample_error("sample " + std::to_string(all.first_overlong) + " has " +
+                       std::to_string(lengths[all.first_overlong]) + " tokens, more than the row capacity " +
+                       std::to_string(capacity) + " (choose overlong policy drop, truncate or split)");
   report = pack_report{};
   report.capacity = capacity;
   report.samples = lengths.size();
-  for (std::size_t i = 0; i < lengths.size(); ++i) {
-    const std::uint32_t length = lengths[i];
-    report.tokens += length;
-    if (length == 0) {
-      ++report.empty_samples;
-      continue;
-    }
-    if (length > capacity) {
-      switch (options.overlong) {
-        case overlong_policy::drop:
-          ++report.dropped_samples;
-          report.dropped_tokens += length;
-          continue;
-        case overlong_policy::error:
-          throw sample_error("sample " + std::to_string(i) + " has " + std::to_string(length) +
-                             " tokens, more than the row capacity " + std::to_string(capacity) +
-                             " (choose overlong policy drop, truncate or split)");
-        case overlong_policy::truncate:
-          ++report.truncated_samples;
-          report.truncated_tokens += length - capacity;
-          break;
-        case overlong_policy::split:
-          ++report.split_samples;
-          break;
-      }
-    }
-    const sample_items items = items_of(length, capacity, options.overlong);
-    histogram.count[capacity] += items.full_pieces;
-    histogram.count[items.tail] += items.tail != 0 ? 1 : 0;
-    histogram.items += items.full_pieces + (items.tail != 0 ? 1 : 0);
-    report.packed_tokens += std::uint64_t{items.full_pieces} * capacity + items.tail;
-    ++report.packed_samples;
+  report.tokens = all.tokens;
+  report.packed_tokens = all.packed_tokens;
+  report.packed_samples = all.packed_samples;
+  report.empty_samples = all.empty;
+  report.dropped_samples = all.dropped;
+  report.dropped_tokens = all.dropped_tokens;
+  report.truncated_samples = all.truncated;
+  report.truncated_tokens = all.truncated_tokens;
+  report.split_samples = all.split;
+  item_histogram histogram;
+  histogram.items = all.items;
+  if (parts == 1) {
+    histogram.count = std::move(counts.front());
+  } else {
+    histogram.count.assign(std::size_t{capacity} + 1, 0);
+    for (const std::vector<std::uint32_t>& count : counts)
+      for (std::size_t l = 0; l <= capacity; ++l) histogram.count[l] += count[l];
+    histogram.part_count = std::move(counts);
   }
   if (histogram.items >= no_slot)
     throw option_error("pack: " + std::to_string(histogram.items) +
@@ -123,7 +275,8 @@ struct item_histogram {
 /// random places of the pieces:
 ///  1. the constructor writes every item's sample index into the `begin` fields of the pieces,
 ///     bucketed by length (one bucket a length, at the histogram's prefix sums) in sample
-///     order: one sequential stream a length;
+///     order: one sequential stream a length; the order's parts side by side, each from where
+///     the parts before it end in every bucket;
 ///  2. add() gives a new slot the next index of its length's bucket (`sample`) and its length
 ///     (`end`); the `begin` fields, which still hold the buckets, are only read;
 ///  3. finish() sets every `begin` (0, or where a split sample's piece starts) and `end`.
@@ -132,31 +285,33 @@ struct item_histogram {
 /// replaced handed the samples out in a last pass at random places of the pieces.
 class slot_assignment {
  public:
-  /// `pieces` holds exactly the histogram's items; `count` is the histogram's counts;
-  /// for_each_sample(visit) calls visit(i) once for every sample index, in the order samples
-  /// of one length are handed out.
-  template <class ForEachSample>
-  slot_assignment(piece_vector& pieces, const std::vector<std::uint32_t>& count,
-                  std::span<const std::uint32_t> lengths, const pack_options& options,
-                  ForEachSample&& for_each_sample)
-      : cursor_(count.size()), lengths_(lengths), capacity_(options.capacity),
-        split_(options.overlong == overlong_policy::split) {
-    rewind(count);
-    std::uint64_t offset_pieces = 0;  // pieces that do not start their sample
-    for_each_sample([&](std::size_t i) {
-      const std::uint32_t length = lengths[i];
-      const auto sample = static_cast<std::uint32_t>(i);
-      if (length <= capacity_) {
-        if (length != 0) pieces[cursor_[length]++].begin = sample;
-        return;
-      }
-      const sample_items items = items_of(length, capacity_, options.overlong);
-      for (std::uint32_t k = 0; k < items.full_pieces; ++k) pieces[cursor_[capacity_]++].begin = sample;
-      if (items.tail != 0) pieces[cursor_[items.tail]++].begin = sample;
-      if (split_) offset_pieces += items.full_pieces - 1 + (items.tail != 0 ? 1 : 0);
+  /// `pieces` holds exactly the histogram's items, which classify counted over `order`.
+  /// Samples of one length are handed out in `order`. Uses the histogram's part counts.
+  slot_assignment(piece_vector& pieces, item_histogram& histogram, std::span<const std::uint32_t> lengths,
+                  const pack_options& options, const sample_order& order)
+      : cursor_(histogram.count.size()), lengths_(lengths), capacity_(options.capacity),
+        split_(options.overlong == overlong_policy::split), parts_(order.parts()) {
+    rewind(histogram.count);
+    // Each part's cursors: where the part's samples start in every bucket, the bucket's
+    // start plus the items of that length in the parts before (one part: cursor_ itself).
+    std::vector<std::vector<std::uint32_t>>& part_cursor = histogram.part_count;
+    for (std::size_t l = 0; l < cursor_.size() && !part_cursor.empty(); ++l) {
+      std::uint32_t start = cursor_[l];
+      for (std::vector<std::uint32_t>& cursor : part_cursor) start += std::exchange(cursor[l], start);
+    }
+    std::vector<std::uint64_t> offset_pieces(parts_, 0);  // pieces that do not start their sample
+    run_parts(parts_, [&](std::size_t part) {
+      std::uint32_t* const cursor = part_cursor.empty() ? cursor_.data() : part_cursor[part].data();
+      order.for_each_run_in_part(part, [&](std::size_t begin, std::size_t end) {
+        offset_pieces[part] += bucket_run(pieces, lengths, begin, end, options.overlong, cursor);
+      });
     });
-    rewind(count);
-    offsets_.reserve(offset_pieces);
+    part_cursor.clear();
+    part_cursor.shrink_to_fit();
+    rewind(histogram.count);
+    std::uint64_t all_offsets = 0;
+    for (const std::uint64_t n : offset_pieces) all_offsets += n;
+    offsets_.reserve(all_offsets);
   }
 
   /// Makes pieces[position] (not yet given a sample) the next slot of `length`.
@@ -182,9 +337,14 @@ class slot_assignment {
     if (begin != 0) offsets_.push_back({position, begin});
   }
 
-  /// Last pass, once every slot was added: every piece's `begin` and `end`.
+  /// Last pass, once every slot was added: every piece's `begin` and `end` (the `begin`
+  /// fields cleared in as many parts as the sample order had, side by side).
   void finish(piece_vector& pieces) noexcept {
-    for (piece& p : pieces) p.begin = 0;
+    run_parts(parts_, [&](std::size_t part) {
+      const std::size_t first = part * pieces.size() / parts_;
+      const std::size_t last = (part + 1) * pieces.size() / parts_;
+      for (std::size_t i = first; i < last; ++i) pieces[i].begin = 0;
+    });
     for (const auto& [position, begin] : offsets_) {
       piece& p = pieces[position];
       p.begin = begin;
@@ -193,6 +353,29 @@ class slot_assignment {
   }
 
  private:
+  /// Writes samples [begin, end) into their buckets at `cursor`; returns how many of their
+  /// pieces do not start their sample (split only). Locals only in the loop, as classify_run.
+  std::uint64_t bucket_run(piece_vector& pieces, std::span<const std::uint32_t> lengths, std::size_t begin,
+                           std::size_t end, overlong_policy overlong, std::uint32_t* cursor) const noexcept {
+    const std::uint32_t capacity = capacity_;
+    const bool split = split_;
+    piece* const out = pieces.data();
+    std::uint64_t offsets = 0;
+    for (std::size_t i = begin; i < end; ++i) {
+      const std::uint32_t length = lengths[i];
+      const auto sample = static_cast<std::uint32_t>(i);
+      if (length <= capacity) {
+        if (length != 0) out[cursor[length]++].begin = sample;
+        continue;
+      }
+      const sample_items items = items_of(length, capacity, overlong);
+      for (std::uint32_t k = 0; k < items.full_pieces; ++k) out[cursor[capacity]++].begin = sample;
+      if (items.tail != 0) out[cursor[items.tail]++].begin = sample;
+      if (split) offsets += items.full_pieces - 1 + (items.tail != 0 ? 1 : 0);
+    }
+    return offsets;
+  }
+
   void rewind(const std::vector<std::uint32_t>& count) noexcept {
     std::uint32_t start = 0;
     for (std::size_t l = 0; l < count.size(); ++l) {
@@ -210,6 +393,7 @@ class slot_assignment {
   std::span<const std::uint32_t> lengths_;
   std::uint32_t capacity_;
   bool split_;
+  std::size_t parts_;
   std::uint32_t last_full_ = no_slot;
   std::uint32_t full_index_ = 0;
   std::vector<offset_piece> offsets_;
