@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The device check, for a machine with an NVIDIA GPU, in under 5 minutes: builds the CUDA
 # tests and multipack-bench, runs every test labelled cuda (the device ones, skipped
-# elsewhere, included), then `multipack-bench load --device` at four settings; where python3
+# elsewhere, included), then `multipack-bench load --device` at six settings; where python3
 # has PyTorch with CUDA, builds the libtorch device test against its libtorch and runs it
 # (torch.real.device_tensors); prints a table last. Figures and logs go to $OUT (or
 # build-gpu/out).
@@ -51,16 +51,18 @@ tests_ok=${PIPESTATUS[0]}
 bench=build-gpu/bin/multipack-bench
 prompts=data/alpaca/prompt_lengths.txt
 runs=(
-  "int32-step0|--repeat-data 40 --step-ms 0"
-  "int64-step0|--repeat-data 40 --step-ms 0 --int64"
-  "int32-step5|--repeat-data 40 --step-ms 5 --max-steps 300"
-  "int64-step5|--repeat-data 40 --step-ms 5 --max-steps 300 --int64"
+  "int32-step0|--micro-batch 16 --capacity 4096 --repeat-data 40 --step-ms 0"
+  "int64-step0|--micro-batch 16 --capacity 4096 --repeat-data 40 --step-ms 0 --int64"
+  "int32-step5|--micro-batch 16 --capacity 4096 --repeat-data 40 --step-ms 5 --max-steps 300"
+  "int64-step5|--micro-batch 16 --capacity 4096 --repeat-data 40 --step-ms 5 --max-steps 300 --int64"
+  "int64-pad64-step5|--micro-batch 16 --capacity 4096 --repeat-data 40 --step-ms 5 --max-steps 300 --int64 --pad-to-multiple 64"
+  "int64-1x65536-step5|--micro-batch 1 --capacity 65536 --repeat-data 40 --step-ms 5 --max-steps 300 --int64"
 )
 for entry in "${runs[@]}"; do
   name=${entry%%|*}
   log "load --device: $name"
   # shellcheck disable=SC2086  # the flags are words
-  "$bench" load --device --prompt-lengths "$prompts" --micro-batch 16 --capacity 4096 --threads 4 --depth 8 \
+  "$bench" load --device --prompt-lengths "$prompts" --threads 4 --depth 8 \
     --batches-in-flight 3 ${entry#*|} --json >"$out/load-$name.json" 2>"$out/load-$name.err" ||
     { log "load --device $name failed: $(cat "$out/load-$name.err")"; rm -f "$out/load-$name.json"; }
 done
@@ -97,7 +99,7 @@ for path in sorted(glob.glob(os.path.join(sys.argv[1], "load-*.json"))):
         name, r["batches"], r["h2d_bytes_per_second"] / 1e9, r["pinned_peak_bytes_per_second"] / 1e9,
         r["h2d_over_pinned_peak"], r["pageable_bytes_per_second"] / 1e9, 100 * r["trainer_stream_wait_fraction"],
         r["pinned_allocations_after_start"], r["output_bytes_per_second"] / 1e9))
-print("| run (16 x 4096, prompts masked, 4 threads, depth 8, 3 in flight) | batches | h2d GB/s | pinned peak GB/s | h2d / peak | pageable GB/s | trainer stream waited | pinned allocations after start | host build GB/s |")
+print("| run (16 x 4096 unless named, prompts masked, 4 threads, depth 8, 3 in flight) | batches | h2d GB/s | pinned peak GB/s | h2d / peak | pageable GB/s | trainer stream waited | pinned allocations after start | host build GB/s |")
 print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
 print("\n".join(rows) if rows else "| (no load run succeeded) |")
 PY

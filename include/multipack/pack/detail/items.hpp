@@ -53,15 +53,15 @@ class sample_order {
   /// stays small beside its work.
   static constexpr std::size_t min_part_samples = std::size_t{1} << 14;
 
-  /// `threads` parts at most, fewer for few samples, and one unless each part has more
-  /// samples than a histogram (capacity + 1 counters) has entries.
+  /// options.threads parts at most, and as many as give each part min_part_samples and
+  /// more samples than a part's histogram has counters (capacity + 1); at least one.
   sample_order(std::size_t samples, const pack_options& options, bool shuffled, std::uint64_t seed)
       : samples_(samples),
         blocks_((samples + block - 1) / block),
         permutation_(shuffled ? blocks_ : 0, seed),
         shuffled_(shuffled) {
-    const std::size_t by_size = std::max<std::size_t>(1, samples / std::max<std::size_t>(min_part_samples, options.capacity + std::size_t{1}));
-    parts_ = std::max<std::size_t>(1, std::min<std::size_t>({options.threads, by_size, std::max<std::size_t>(blocks_, 1)}));
+    const std::size_t part_samples = std::max<std::size_t>(min_part_samples, options.capacity + std::size_t{1});
+    parts_ = std::max<std::size_t>(1, std::min<std::size_t>(options.threads, samples / part_samples));
   }
 
   [[nodiscard]] std::size_t parts() const noexcept { return parts_; }
