@@ -34,6 +34,8 @@ struct pack_report {
   [[nodiscard]] double rows_over_lower_bound() const noexcept {
     return lower_bound == 0 ? 0.0 : static_cast<double>(rows) / static_cast<double>(lower_bound);
   }
+
+  friend bool operator==(const pack_report&, const pack_report&) = default;
 };
 
 }  // namespace multipack
