@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -248,6 +249,71 @@ TEST_CASE("max_per_row caps the pieces of every row") {
     test::check_packing(lengths, options, result);
     CHECK(result.report.rows == 5);
   }
+}
+
+/// The fewest rows any packing of these items has (each at most capacity; max_per_row 0 is
+/// unlimited): exhaustive, longest first, each item into every row with room or a new one.
+std::uint64_t optimal_rows(std::vector<std::uint32_t> items, std::uint32_t capacity, std::uint32_t max_per_row) {
+  std::sort(items.rbegin(), items.rend());
+  std::vector<std::uint32_t> room, held;  // a row's free tokens and pieces
+  std::uint64_t best = items.size();
+  std::function<void(std::size_t)> place = [&](std::size_t i) {
+    if (room.size() >= best) return;
+    if (i == items.size()) {
+      best = room.size();
+      return;
+    }
+    for (std::size_t r = 0; r < room.size(); ++r) {
+      if (room[r] < items[i] || (max_per_row != 0 && held[r] == max_per_row)) continue;
+      room[r] -= items[i];
+      ++held[r];
+      place(i + 1);
+      room[r] += items[i];
+      --held[r];
+    }
+    room.push_back(capacity - items[i]);
+    held.push_back(1);
+    place(i + 1);
+    room.pop_back();
+    held.pop_back();
+  };
+  place(0);
+  return best;
+}
+
+TEST_CASE("the lower bound on rows is never above the optimum, and finds gaps short samples cannot fill") {
+  // Three samples of 7 in rows of 10 leave gaps of 3 that no sample of 4 fits: 5 rows, though
+  // the tokens (33) fit 4 and only 3 samples are over half a row.
+  const packing gaps = pack(std::vector<std::uint32_t>{7, 4, 7, 4, 7, 4}, pack_options{10});
+  CHECK(gaps.report.lower_bound == 5);
+  CHECK(gaps.report.rows == 5);
+  const packing per_row = pack(std::vector<std::uint32_t>(7, 1), pack_options{10, packing_algorithm::exact_fit, overlong_policy::error, 2, 0});
+  CHECK(per_row.report.lower_bound == 4);  // 7 pieces, 2 a row; the tokens fit one
+
+  splitmix64 rng(5);
+  std::uint64_t above_old_bound = 0;
+  for (int trial = 0; trial < 1500; ++trial) {
+    const auto capacity = static_cast<std::uint32_t>(2 + rng.below(30));
+    std::vector<std::uint32_t> lengths(rng.below(9));
+    for (auto& length : lengths)  // half of them long: gaps of every size
+      length = static_cast<std::uint32_t>(rng.below(2) != 0 ? capacity / 2 + rng.below(capacity - capacity / 2 + 1)
+                                                            : 1 + rng.below(capacity / 2));
+    const auto max_per_row = static_cast<std::uint32_t>(trial % 3 == 0 ? 1 + rng.below(4) : 0);
+    const pack_options options{capacity, packing_algorithm::exact_fit, overlong_policy::error, max_per_row, 0};
+    CAPTURE(trial);
+    const packing result = pack(lengths, options);
+    test::check_packing(lengths, options, result);
+    const std::uint64_t optimum = optimal_rows(lengths, capacity, max_per_row);
+    CHECK(result.report.lower_bound <= optimum);
+    CHECK(result.report.rows >= optimum);
+    std::uint64_t tokens = 0, over_half = 0;
+    for (const std::uint32_t length : lengths) {
+      tokens += length;
+      over_half += 2 * length > capacity ? 1 : 0;
+    }
+    above_old_bound += result.report.lower_bound > std::max((tokens + capacity - 1) / capacity, over_half) ? 1 : 0;
+  }
+  CHECK(above_old_bound > 50);  // the cases the tokens and the long samples alone miss are tested
 }
 
 TEST_CASE("threads split the passes over the samples, never the rows: the same packing for any count") {
