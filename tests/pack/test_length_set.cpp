@@ -85,47 +85,62 @@ TEST_CASE("length_set::find_prev_pair is the member-by-member scan it replaces, 
 }
 
 TEST_CASE("length_sampler draws only unplaced lengths, as removals and snapshots go") {
-  splitmix64 rng(3);
-  std::vector<std::uint32_t> count(1000, 0);
-  std::uint64_t left = 0;
-  for (std::size_t l = 1; l < count.size(); ++l) left += count[l] = static_cast<std::uint32_t>(rng.below(4));
-  length_sampler sampler(count);
-  splitmix64 draws(5);
-  while (left != 0) {  // to the last item: every snapshot is retaken on the way
-    const std::uint32_t length = sampler.draw(count, left, draws);
-    REQUIRE(length >= 1);
-    REQUIRE(length < count.size());
-    REQUIRE(count[length] != 0);
-    --count[length];
-    --left;
+  // Up to 3 items a length: a table cell a position. Up to 199: cells of many positions, some
+  // inside one length's range, some across a boundary.
+  for (const std::uint64_t most : {4U, 200U}) {
+    CAPTURE(most);
+    splitmix64 rng(3);
+    std::vector<std::uint32_t> count(1000, 0);
+    std::uint64_t left = 0;
+    for (std::size_t l = 1; l < count.size(); ++l) left += count[l] = static_cast<std::uint32_t>(rng.below(most));
+    length_sampler sampler(count);
+    splitmix64 draws(5);
+    while (left != 0) {  // to the last item: every snapshot is retaken on the way
+      const std::uint32_t length = sampler.draw(count, left, draws);
+      REQUIRE(length >= 1);
+      REQUIRE(length < count.size());
+      REQUIRE(count[length] != 0);
+      --count[length];
+      --left;
+    }
   }
 }
 
 TEST_CASE("length_sampler draws each unplaced item with the same probability") {
   // Lengths with 1, 10, 100 and 1,000 items; after removals that force a new snapshot, the
-  // frequencies must follow the counts left, not those of the first snapshot.
-  std::vector<std::uint32_t> count(5000, 0);
-  count[7] = 1;
-  count[300] = 10;
-  count[301] = 100;
-  count[4999] = 1000;
-  std::uint64_t left = 1111;
-  length_sampler sampler(count);
-  splitmix64 rng(11);
-  auto check_frequencies = [&] {
-    constexpr int draws = 200'000;
-    std::vector<int> seen(count.size(), 0);
-    for (int k = 0; k < draws; ++k) ++seen[sampler.draw(count, left, rng)];
-    for (std::size_t l = 0; l < count.size(); ++l) {
-      const double p = static_cast<double>(count[l]) / static_cast<double>(left);
-      const double expected = p * draws;
-      const double sigma = std::sqrt(draws * p * (1 - p));
-      CAPTURE(l);
-      CHECK(std::abs(seen[l] - expected) <= 5 * sigma + 1e-9);
-    }
-  };
-  check_frequencies();
-  count[4999] = 100;  // 211 left of 1,111: the next draw takes a new snapshot
-  left = 211;
-  check_frequencies();
+  // frequencies must follow the counts left, not those of the snapshot. Over 5,000
+  // lengths a table cell is a position; over 6, a cell is 1,024 positions, the first across
+  // the boundaries of three lengths, the others inside the range of the last.
+  for (const std::size_t lengths : {5000U, 6U}) {
+    CAPTURE(lengths);
+    std::vector<std::uint32_t> count(lengths, 0);
+    const std::size_t longest = lengths - 1;
+    count[1] = 1;
+    count[2] = 10;
+    count[3] = 100;
+    count[longest] = 1000;
+    if (lengths == 6) count[longest] = 7000;
+    std::uint64_t left = 111 + count[longest];
+    length_sampler sampler(count);
+    splitmix64 rng(11);
+    auto check_frequencies = [&] {
+      constexpr int draws = 200'000;
+      std::vector<int> seen(count.size(), 0);
+      for (int k = 0; k < draws; ++k) ++seen[sampler.draw(count, left, rng)];
+      for (std::size_t l = 0; l < count.size(); ++l) {
+        const double p = static_cast<double>(count[l]) / static_cast<double>(left);
+        const double expected = p * draws;
+        const double sigma = std::sqrt(draws * p * (1 - p));
+        CAPTURE(l);
+        CHECK(std::abs(seen[l] - expected) <= 5 * sigma + 1e-9);
+      }
+    };
+    check_frequencies();
+    left -= count[longest] - 100;  // under half the items left: the next draw takes a new snapshot
+    count[longest] = 100;
+    check_frequencies();
+    left -= 40;  // over half left: the same snapshot, where 40 positions of the longest are gone
+    count[longest] = 60;
+    check_frequencies();
+  }
 }
