@@ -57,7 +57,7 @@ def _name(name: str, value: Any) -> str:
 
 
 def pack(lengths, capacity: int, algorithm: str = "exact-fit", overlong: str = "drop", seed: int = 0,
-         epoch: int = 0, max_per_row: int = 0) -> Packing:
+         epoch: int = 0, max_per_row: int = 0, threads: int = 1) -> Packing:
     """Packs samples of the given lengths into rows of ``capacity`` tokens.
 
     ``lengths``: any one-dimensional integer numpy array or sequence of ints (a uint32 array is
@@ -68,11 +68,14 @@ def pack(lengths, capacity: int, algorithm: str = "exact-fit", overlong: str = "
     Returns a ``Packing``: ``len()`` rows; ``row_offsets`` (uint64, rows + 1) and ``pieces``
     ((pieces, 3) uint32: sample, begin, end), read-only numpy arrays over the C++ result, no
     copy; ``row(r)`` the pieces of row r; ``report`` a dict (rows, lower_bound, efficiency,
-    dropped_samples, ...). The GIL is released while packing.
+    dropped_samples, ...). The GIL is released while packing. ``threads``: the passes over the
+    samples run on up to that many threads (at most 256; filling the rows stays one), each with
+    16,384 samples at least: the same rows for any count.
     """
     return _multipack.pack(lengths, _count("capacity", capacity, 1), _name("algorithm", algorithm),
                            _name("overlong", overlong), _count("seed", seed, 0, _UINT64),
-                           _count("epoch", epoch, 0, _UINT64), _count("max_per_row", max_per_row))
+                           _count("epoch", epoch, 0, _UINT64), _count("max_per_row", max_per_row),
+                           _count("threads", threads, 1))
 
 
 def distributed_env() -> Dict[str, Any]:
@@ -94,7 +97,7 @@ class _Epochs:
     when first needed, in C++ without the GIL), and the position for resuming."""
 
     def __init__(self, lengths, capacity, micro_batch, world_size, rank, seed, epoch, algorithm, overlong,
-                 max_per_row, remainder, balance):
+                 max_per_row, remainder, balance, pack_threads):
         if world_size is None or rank is None:
             env = distributed_env()
             world_size = env["world_size"] if world_size is None else world_size
@@ -108,6 +111,7 @@ class _Epochs:
         self.seed = _count("seed", seed, 0, _UINT64)
         self.epoch = _count("epoch", epoch, 0, _UINT64)
         self.max_per_row = _count("max_per_row", max_per_row)
+        self.pack_threads = _count("pack_threads", pack_threads, 1)
         self.algorithm = _name("algorithm", algorithm)
         self.overlong = _name("overlong", overlong)
         self.remainder = _name("remainder", remainder)
@@ -126,7 +130,8 @@ class _Epochs:
         if self._plan_key != key:
             self._plan = _multipack.Plan(self._lengths, self.capacity, self.algorithm, self.overlong,
                                          self.max_per_row, self.world_size, self.micro_batch, self.seed,
-                                         self.epoch, self.remainder, self.balance, self._consumed_rows)
+                                         self.epoch, self.remainder, self.balance, self._consumed_rows,
+                                         self.pack_threads)
             self._plan_key = key
         return self._plan
 
@@ -195,19 +200,21 @@ class BatchSampler(_Epochs, _SamplerBase):
     protocol).
 
     ``world_size``/``rank`` default to the launcher's environment (``distributed_env``).
-    ``overlong='split'`` is refused: a piece of a sample is not a sample index; use 'drop'
+    ``pack_threads`` packs each epoch's plan on that many threads, as ``pack(threads=...)``: the
+    same plan for any count. ``overlong='split'`` is refused: a piece of a sample is not a sample index; use 'drop'
     (counted in ``report``), 'truncate' (the index stands for the sample's first ``capacity``
     tokens: the collator must cut it) or ``multipack.Loader``, which builds split pieces.
     """
 
     def __init__(self, lengths, capacity: int, micro_batch: int = 1, world_size: Optional[int] = None,
                  rank: Optional[int] = None, seed: int = 0, algorithm: str = "exact-fit", overlong: str = "drop",
-                 max_per_row: int = 0, remainder: str = "pad", balance: bool = True, epoch: int = 0):
+                 max_per_row: int = 0, remainder: str = "pad", balance: bool = True, epoch: int = 0,
+                 pack_threads: int = 1):
         if overlong == "split":
             raise ValueError("BatchSampler: overlong='split' cuts samples into pieces, which lists of sample "
                              "indices cannot express; use overlong='drop' or 'truncate', or multipack.Loader")
         _Epochs.__init__(self, lengths, capacity, micro_batch, world_size, rank, seed, epoch, algorithm, overlong,
-                         max_per_row, remainder, balance)
+                         max_per_row, remainder, balance, pack_threads)
 
     @property
     def report(self) -> Dict[str, Any]:
@@ -238,6 +245,7 @@ class Loader(_Epochs):
     tokens [0, n) of sample i carry no loss) or ``loss_mask`` (the PREFIX of a per-token mask
     that ``multipack-bench convert --labels-field`` writes); ``train_on_inputs`` ignores it.
     ``dtype``: the token arrays' type, int32 or int64 (what ``torch.nn.Embedding`` takes).
+    ``threads`` build batches; ``pack_threads`` pack each epoch's plan, as ``pack(threads=...)``.
 
     Iterating yields a dict per step: ``input_ids``, ``labels`` (unshifted; ``ignore_index``
     where no loss), ``position_ids``, ``sequence_ids`` (each [micro_batch, row_length]),
@@ -258,7 +266,7 @@ class Loader(_Epochs):
                  overlong: str = "drop", max_per_row: int = 0, remainder: str = "pad", balance: bool = True,
                  prompt_lengths=None, loss_mask=None, train_on_inputs: bool = False, threads: int = 2,
                  depth: int = 4, start_step: int = 0, dtype=np.int32, pad_to_multiple: int = 0,
-                 ignore_index: int = -100, pad_token_id: int = 0, as_torch: bool = False):
+                 ignore_index: int = -100, pad_token_id: int = 0, as_torch: bool = False, pack_threads: int = 1):
         self.dataset = _multipack.Dataset(_paths(paths))
         dtype = np.dtype(dtype)
         if dtype not in (np.dtype(np.int32), np.dtype(np.int64)):
@@ -283,7 +291,7 @@ class Loader(_Epochs):
         self._batches_key = None
         self._last_statistics = None
         _Epochs.__init__(self, self.dataset.lengths, capacity, micro_batch, world_size, rank, seed, epoch, algorithm,
-                         overlong, max_per_row, remainder, balance)
+                         overlong, max_per_row, remainder, balance, pack_threads)
         self._start_step = self._next_step = _count("start_step", start_step, 0, _UINT64)
         if self._start_step > self.plan().steps:
             raise ValueError(f"start_step {self._start_step} is past the epoch's {self.plan().steps} steps")

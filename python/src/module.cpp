@@ -138,7 +138,8 @@ py::dict to_dict(const schedule_report& r) {
 }
 
 pack_options packing_options(std::uint32_t capacity, const std::string& algorithm, const std::string& overlong,
-                             std::uint64_t seed, std::uint64_t epoch, std::uint32_t max_per_row) {
+                             std::uint64_t seed, std::uint64_t epoch, std::uint32_t max_per_row,
+                             std::uint32_t threads) {
   pack_options o;
   o.capacity = capacity;
   o.algorithm = parse_packing_algorithm(algorithm);
@@ -146,6 +147,7 @@ pack_options packing_options(std::uint32_t capacity, const std::string& algorith
   o.seed = seed;
   o.epoch = epoch;
   o.max_per_row = max_per_row;
+  o.threads = threads;
   return o;
 }
 
@@ -406,9 +408,9 @@ PYBIND11_MODULE(_multipack, m) {
   m.def(
       "pack",
       [](const py::handle& lengths, std::uint32_t capacity, const std::string& algorithm, const std::string& overlong,
-         std::uint64_t seed, std::uint64_t epoch, std::uint32_t max_per_row) {
+         std::uint64_t seed, std::uint64_t epoch, std::uint32_t max_per_row, std::uint32_t threads) {
         const lengths_argument values(lengths, "pack");
-        const pack_options options = packing_options(capacity, algorithm, overlong, seed, epoch, max_per_row);
+        const pack_options options = packing_options(capacity, algorithm, overlong, seed, epoch, max_per_row, threads);
         auto result = std::make_unique<packing_result>();
         {
           py::gil_scoped_release unlocked;
@@ -417,15 +419,16 @@ PYBIND11_MODULE(_multipack, m) {
         return result;
       },
       py::arg("lengths"), py::arg("capacity"), py::arg("algorithm"), py::arg("overlong"), py::arg("seed"),
-      py::arg("epoch"), py::arg("max_per_row"));
+      py::arg("epoch"), py::arg("max_per_row"), py::arg("threads"));
 
   py::class_<plan_handle>(m, "Plan")
       .def(py::init([](const py::handle& lengths, std::uint32_t capacity, const std::string& algorithm,
                        const std::string& overlong, std::uint32_t max_per_row, std::uint32_t world_size,
                        std::uint32_t micro_batch, std::uint64_t seed, std::uint64_t epoch, const std::string& remainder,
-                       bool balance, std::uint64_t consumed_rows) {
+                       bool balance, std::uint64_t consumed_rows, std::uint32_t pack_threads) {
              const lengths_argument values(lengths, "Plan");
-             const pack_options packing = packing_options(capacity, algorithm, overlong, seed, epoch, max_per_row);
+             const pack_options packing =
+                 packing_options(capacity, algorithm, overlong, seed, epoch, max_per_row, pack_threads);
              schedule_options schedule;
              schedule.world_size = world_size;
              schedule.micro_batch = micro_batch;
@@ -440,7 +443,7 @@ PYBIND11_MODULE(_multipack, m) {
            }),
            py::arg("lengths"), py::arg("capacity"), py::arg("algorithm"), py::arg("overlong"), py::arg("max_per_row"),
            py::arg("world_size"), py::arg("micro_batch"), py::arg("seed"), py::arg("epoch"), py::arg("remainder"),
-           py::arg("balance"), py::arg("consumed_rows"))
+           py::arg("balance"), py::arg("consumed_rows"), py::arg("pack_threads"))
       .def_property_readonly("steps", &plan_handle::steps)
       .def("indices", &plan_handle::indices, py::arg("step"), py::arg("rank"))
       .def("consumed_rows_after", [](const plan_handle& p, std::uint64_t steps) {

@@ -83,6 +83,9 @@ def test_len_is_the_step_count_and_every_sample_comes_once(prefix, lengths):
         segments = np.diff(batch["cu_seqlens"])
         assert segments.sum() == 4 * 4096 and segments.max() == batch["max_seqlen"]
     assert batches == len(loader) and tokens == lengths.sum()
+    # pack_threads reaches the plan's packing (the sampler's test compares the plans).
+    with pytest.raises(ValueError, match="at most 256"):
+        multipack.Loader(prefix, capacity=4096, world_size=1, rank=0, pack_threads=257)
 
 
 def test_kept_arrays_stay_valid_while_the_pool_goes_on(prefix):

@@ -119,6 +119,17 @@ def test_max_per_row(lengths):
     assert np.array_equal(covered(packing, lengths), lengths)
 
 
+def test_threads_give_the_same_rows(lengths):
+    # Alpaca resampled to 100,000 samples: parts of 16,384 samples at least for the threads.
+    many = np.random.default_rng(3).choice(lengths, 100_000).astype(np.uint32)
+    for algorithm in ("exact-fit", "randomized-exact-fit"):
+        one = multipack.pack(many, 2048, algorithm=algorithm, seed=2)
+        for threads in (2, 4):
+            got = multipack.pack(many, 2048, algorithm=algorithm, seed=2, threads=threads)
+            assert np.array_equal(got.pieces, one.pieces) and np.array_equal(got.row_offsets, one.row_offsets)
+            assert got.report == one.report
+
+
 def test_empty_and_zero_lengths():
     assert len(multipack.pack([], 16)) == 0
     packing = multipack.pack([0, 5, 0], 16)
@@ -147,6 +158,8 @@ def test_bad_lengths_are_refused(lengths, error, message):
     ({"algorithm": "best-fit"}, ValueError, "exact-fit"),
     ({"overlong": "wrap"}, ValueError, "truncate"),
     ({"max_per_row": True}, TypeError, "max_per_row"),
+    ({"threads": 0}, ValueError, "threads"),
+    ({"threads": 257}, ValueError, "at most 256"),  # the C++ library's check: the count reaches it
 ])
 def test_bad_options_are_refused(lengths, options, error, message):
     arguments = {"capacity": 2048, **options}

@@ -130,6 +130,14 @@ def test_padding_rows_complete_the_last_step(lengths):
     assert all(row for step in dropped for row in step)
 
 
+def test_pack_threads_give_the_same_plan(lengths):
+    many = np.random.default_rng(4).choice(lengths, 60_000).astype(np.uint32)
+    options = {"capacity": 2048, "micro_batch": 2, "algorithm": "randomized-exact-fit", "seed": 5}
+    assert epoch_of(many, 2, **options, pack_threads=3) == epoch_of(many, 2, **options)
+    with pytest.raises(ValueError, match="at most 256"):
+        multipack.BatchSampler(lengths, 2048, world_size=1, rank=0, pack_threads=257)
+
+
 def test_bad_arguments(lengths):
     with pytest.raises(ValueError, match="split"):
         multipack.BatchSampler(lengths, 256, overlong="split", world_size=1, rank=0)
