@@ -59,7 +59,8 @@ struct packing {
   const bool shuffled = options.algorithm == packing_algorithm::randomized_exact_fit;
   const detail::sample_order order(lengths.size(), options, shuffled, ~epoch_seed(options.seed, options.epoch));
   detail::item_histogram histogram = detail::classify(lengths, options, order, result.report);
-  piece_vector pieces;
+  // Sized once, every field then written by the packer: no zeros written first.
+  piece_vector pieces{detail::huge_page_allocator<piece>(detail::zero_filled)};
   std::vector<std::uint64_t> offsets{0};
   // Rows: at least the lower bound (which counts the pieces over half a row, no two in one
   // row). Reserving for it keeps the offsets from growing by copies (3x their size at the
