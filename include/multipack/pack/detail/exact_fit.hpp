@@ -140,8 +140,7 @@ void fill_rows_exactly(unplaced_items& items, Opening& opening, std::uint32_t ca
           continue;
         }
       }
-      const std::uint32_t fits = gap >= longest ? longest : present.find_prev(gap);
-      if (fits == length_set::none) break;
+      if (shortest > gap) break;  // no item fits
       // The smallest gap >= `rest` that k items could fill, for some k. When the longest item
       // is at least twice the shortest, k items of [shortest, longest] fill every gap from
       // `shortest` up, so the division is needed only when the lengths are close together.
@@ -156,6 +155,8 @@ void fill_rows_exactly(unplaced_items& items, Opening& opening, std::uint32_t ca
         continue;
       }
       if (in_row + 2 <= per_row_limit && gap >= 2 * shortest && close_with_pair(shortest, longest)) break;
+      // The longest item that fits: looked up only here, as most opened items are taken above.
+      const std::uint32_t fits = gap >= longest ? longest : present.find_prev(gap);
       const std::uint32_t rest = fillable(gap - fits);
       const std::uint32_t keeps_gap_fillable = rest <= gap ? present.find_prev(gap - rest) : length_set::none;
       take(keeps_gap_fillable != length_set::none ? keeps_gap_fillable : fits);
