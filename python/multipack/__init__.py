@@ -201,9 +201,10 @@ class BatchSampler(_Epochs, _SamplerBase):
 
     ``world_size``/``rank`` default to the launcher's environment (``distributed_env``).
     ``pack_threads`` packs each epoch's plan on that many threads, as ``pack(threads=...)``: the
-    same plan for any count. ``overlong='split'`` is refused: a piece of a sample is not a sample index; use 'drop'
-    (counted in ``report``), 'truncate' (the index stands for the sample's first ``capacity``
-    tokens: the collator must cut it) or ``multipack.Loader``, which builds split pieces.
+    same plan for any count. ``overlong='split'`` is refused: a piece of a sample is not a sample
+    index; use 'drop' (counted in ``report``), 'truncate' (the index stands for the sample's first
+    ``capacity`` tokens: the collator must cut it) or ``multipack.Loader``, which builds split
+    pieces.
     """
 
     def __init__(self, lengths, capacity: int, micro_batch: int = 1, world_size: Optional[int] = None,

@@ -251,6 +251,8 @@ TEST_CASE("max_per_row caps the pieces of every row") {
   }
 }
 
+namespace {
+
 /// The fewest rows any packing of these items has (each at most capacity; max_per_row 0 is
 /// unlimited): exhaustive, longest first, each item into every row with room or a new one.
 std::uint64_t optimal_rows(std::vector<std::uint32_t> items, std::uint32_t capacity, std::uint32_t max_per_row) {
@@ -280,6 +282,8 @@ std::uint64_t optimal_rows(std::vector<std::uint32_t> items, std::uint32_t capac
   place(0);
   return best;
 }
+
+}  // namespace
 
 TEST_CASE("the lower bound on rows is never above the optimum, and finds gaps short samples cannot fill") {
   // Three samples of 7 in rows of 10 leave gaps of 3 that no sample of 4 fits: 5 rows, though
