@@ -69,8 +69,9 @@ def pack(lengths, capacity: int, algorithm: str = "exact-fit", overlong: str = "
     ((pieces, 3) uint32: sample, begin, end), read-only numpy arrays over the C++ result, no
     copy; ``row(r)`` the pieces of row r; ``report`` a dict (rows, lower_bound, efficiency,
     dropped_samples, ...). The GIL is released while packing. ``threads``: the passes over the
-    samples run on up to that many threads (at most 256; filling the rows stays one), each with
-    16,384 samples at least: the same rows for any count.
+    samples run on up to that many threads (at most 256), each with 16,384 samples at least,
+    and the exact-fit algorithms fill their rows in two halves on two threads from 2^20
+    samples: the same rows for any count.
     """
     return _multipack.pack(lengths, _count("capacity", capacity, 1), _name("algorithm", algorithm),
                            _name("overlong", overlong), _count("seed", seed, 0, _UINT64),

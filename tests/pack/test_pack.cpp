@@ -320,7 +320,7 @@ TEST_CASE("the lower bound on rows is never above the optimum, and finds gaps sh
   CHECK(above_old_bound > 50);  // the cases the tokens and the long samples alone miss are tested
 }
 
-TEST_CASE("threads split the passes over the samples, never the rows: the same packing for any count") {
+TEST_CASE("threads split the passes over the samples: the same packing for any count") {
   // Enough samples for several parts a run (sample_order::min_part_samples each): Alpaca
   // resampled, long-tailed with samples over the row (each overlong policy), and all equal.
   const std::vector<std::uint32_t> alpaca = alpaca_lengths();
@@ -353,6 +353,55 @@ TEST_CASE("threads split the passes over the samples, never the rows: the same p
           CHECK(result.report == reference.report);
         }
       }
+}
+
+TEST_CASE("the exact packers fill large inputs in two halves: every sample once, near the bound, any threads") {
+  // Over detail::min_halved_items pieces: Alpaca resampled; long-tailed with samples over
+  // the row, split (full pieces all in the first half, tails in both) or truncated; and many
+  // samples near the capacity, whose gaps only short samples close.
+  const std::vector<std::uint32_t> alpaca = alpaca_lengths();
+  splitmix64 rng(23);
+  const std::uint32_t capacity = 2048;
+  std::vector<std::uint32_t> resampled(1'200'000);
+  std::vector<std::uint32_t> long_tail(1'100'000);
+  std::vector<std::uint32_t> near_capacity(1'100'000);
+  for (auto& length : resampled) length = alpaca[rng.below(alpaca.size())];
+  for (auto& length : long_tail)
+    length = static_cast<std::uint32_t>(rng.below(8) == 0 ? rng.below(5 * capacity) : 1 + rng.below(300));
+  for (auto& length : near_capacity)
+    length = static_cast<std::uint32_t>(rng.below(5) < 2 ? capacity / 2 + rng.below(capacity / 2 + 1) : 1 + rng.below(400));
+  struct shape {
+    const std::vector<std::uint32_t>* lengths;
+    overlong_policy policy;
+    std::uint32_t max_per_row;
+  };
+  const shape shapes[] = {{&resampled, overlong_policy::drop, 0},
+                          {&long_tail, overlong_policy::split, 0},
+                          {&long_tail, overlong_policy::truncate, 6},
+                          {&near_capacity, overlong_policy::drop, 0}};
+  for (const shape& s : shapes)
+    for (const packing_algorithm algorithm : {packing_algorithm::exact_fit, packing_algorithm::randomized_exact_fit}) {
+      const pack_options one{capacity, algorithm, s.policy, s.max_per_row, 9};
+      CAPTURE(s.lengths->size());
+      CAPTURE(to_string(algorithm));
+      CAPTURE(to_string(s.policy));
+      const packing reference = pack(*s.lengths, one);
+      test::check_packing(*s.lengths, one, reference);
+      // The rows were filled in halves, or this test would prove nothing.
+      CHECK(reference.report.pieces >= detail::min_halved_items);
+      // The halves leave their last items to one fill of both: no row lost at a half's end.
+      // (With max_per_row the bound, pieces over max_per_row, is far below any packing.)
+      if (s.max_per_row == 0)
+        CHECK(static_cast<double>(reference.report.rows) <= 1.0005 * static_cast<double>(reference.report.lower_bound) + 1);
+      pack_options two = one;
+      two.threads = 2;
+      const packing result = pack(*s.lengths, two);
+      CHECK(result.rows == reference.rows);
+      CHECK(result.report == reference.report);
+    }
+  // Alpaca's rows stay exactly at the bound in halves, as they are whole.
+  const packing alpaca_rows = pack(resampled, pack_options{capacity});
+  CHECK(alpaca_rows.report.rows == alpaca_rows.report.lower_bound);
 }
 
 TEST_CASE("threads: an overlong sample under policy error is the lowest one, whichever part holds it") {

@@ -56,8 +56,9 @@ struct pack_options {
   /// over a randomized packing of another (seed, epoch) is refused.
   std::uint64_t seed = 0;
   std::uint64_t epoch = 0;
-  /// Threads for the passes over the samples (classifying, bucketing, the last pass); the
-  /// rows are the same for any number. The row filling itself is one thread.
+  /// Threads for the passes over the samples (classifying, bucketing, the last pass) and, for
+  /// exact_fit and randomized_exact_fit on 2^20 pieces or more, two for the row filling, which
+  /// then runs in two halves; the rows are the same for any number.
   std::uint32_t threads = 1;
 };
 

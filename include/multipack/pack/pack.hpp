@@ -37,17 +37,20 @@ struct packing {
 /// Every sample of length > 0 is in the rows (as one piece, or several when split) or counted
 /// in the report under one cause; no row holds more than capacity tokens or more than
 /// max_per_row pieces. Pieces of the histogram-based algorithms are handed to samples of equal
-/// length in index order, so the result is a pure function of (lengths, options), the same
-/// for any options.threads (which only splits the passes over the samples between threads).
+/// length in index order (for the halves of exact_fit's rows: each half in index order), so
+/// the result is a pure function of (lengths, options), the same for any options.threads
+/// (which only splits the work between threads).
 ///
-/// Cost: O(n + capacity) time for exact_fit and next_fit (the passes over the samples, not
-/// the row filling, split between options.threads threads where each has 16,384 samples and
-/// more than capacity of them; O(capacity) memory a thread), O(n + capacity log n) expected for
-/// randomized_exact_fit, O(n log n) for the decreasing ones; memory 12 bytes a piece for the
+/// Cost: O(n + capacity) time for exact_fit and next_fit, O(n + capacity log n) expected for
+/// randomized_exact_fit, O(n log n) for the decreasing ones. The passes over the samples are
+/// split between options.threads threads where each has 16,384 samples and more than capacity
+/// of them (O(capacity) memory a thread); the exact packers fill their rows in two halves, on
+/// two threads, from 2^20 pieces and 16 a length of the row. Memory: 12 bytes a piece for the
 /// result, plus 4 bytes a piece while packing for the decreasing ones, plus O(capacity), plus
-/// 16 bytes for each piece of a split sample but its first. Throws option_error for bad options or more than 2^32 - 2
-/// pieces, sample_error for an overlong sample under overlong_policy::error; on a throw
-/// nothing is returned and nothing leaks. Thread-safe: shares no state between calls.
+/// 16 bytes for each piece of a split sample but its first. Throws option_error for bad
+/// options or more than 2^32 - 2 pieces, sample_error for an overlong sample under
+/// overlong_policy::error; on a throw nothing is returned and nothing leaks. Thread-safe:
+/// shares no state between calls.
 [[nodiscard]] inline packing pack(std::span<const std::uint32_t> lengths, const pack_options& options) {
   validate(options);
   if (lengths.size() >= detail::no_slot)
@@ -82,13 +85,16 @@ struct packing {
       detail::first_fit_rows rows(options.capacity, options.max_per_row, result.report.lower_bound);
       detail::pack_longest_first(histogram, rows, pieces, offsets, slots);
     } else {
-      detail::unplaced_items items(std::move(histogram), options.capacity);
+      const bool halves = detail::fills_in_halves(histogram, options.capacity);
       if (options.algorithm == packing_algorithm::exact_fit) {
-        detail::longest_first opening;
-        detail::fill_rows_exactly(items, opening, options.capacity, options.max_per_row, pieces, offsets, slots);
+        detail::pack_exactly(std::move(histogram.count), halves, options, pieces, offsets, slots,
+                             [](const detail::unplaced_items&, std::uint64_t) { return detail::longest_first{}; });
       } else {
-        detail::random_first opening(items, epoch_seed(options.seed, options.epoch));
-        detail::fill_rows_exactly(items, opening, options.capacity, options.max_per_row, pieces, offsets, slots);
+        const std::uint64_t seed = epoch_seed(options.seed, options.epoch);
+        detail::pack_exactly(std::move(histogram.count), halves, options, pieces, offsets, slots,
+                             [seed](const detail::unplaced_items& items, std::uint64_t fill) {
+                               return detail::random_first(items, fill == 0 ? seed : detail::mix64(seed + fill));
+                             });
       }
     }
     slots.finish(pieces);

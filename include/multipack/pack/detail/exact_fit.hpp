@@ -11,12 +11,17 @@
 // exactly is what brings the row count to the lower bound on real length distributions.
 
 #include <algorithm>
+#include <cassert>
+#include <cstddef>
 #include <cstdint>
+#include <exception>
+#include <utility>
 #include <vector>
 
 #include "multipack/core/packed_rows.hpp"
 #include "multipack/core/piece.hpp"
 #include "multipack/core/random.hpp"
+#include "multipack/pack/options.hpp"
 #include "multipack/pack/detail/items.hpp"
 #include "multipack/pack/detail/length_sampler.hpp"
 #include "multipack/pack/detail/length_set.hpp"
@@ -35,14 +40,16 @@ struct unplaced_items {
   std::uint32_t shortest;
   std::uint32_t longest;
 
-  unplaced_items(item_histogram histogram, std::uint32_t capacity)
-      : count(std::move(histogram.count)),
-        present(capacity + 1),
-        left(histogram.items),
-        shortest(histogram.shortest),
-        longest(histogram.longest) {
-    for (std::uint32_t l = 1; l <= capacity; ++l)
-      if (count[l] != 0) present.insert(l);
+  /// count[l]: the items of length l, l in [1, capacity] (count[0] == 0). O(capacity).
+  explicit unplaced_items(std::vector<std::uint32_t> counts)
+      : count(std::move(counts)), present(count.size()), left(0), shortest(0), longest(0) {
+    for (std::uint32_t l = 1; l < count.size(); ++l) {
+      if (count[l] == 0) continue;
+      present.insert(l);
+      left += count[l];
+      if (shortest == 0) shortest = l;
+      longest = l;
+    }
   }
 
   /// Removes `n` (at least 1, at most count[length]) items of `length`.
@@ -82,21 +89,33 @@ class random_first {
   splitmix64 rng_;
 };
 
+/// Fills rows with the items until no more than `reserve` are left at a row's end, one row
+/// after another from `position`, upwards or (`down`) each row just below the one before;
+/// appends each row's end (upwards) or start (down) to `row_bounds`. Returns where the next
+/// row would start (upwards) or end (down). The direction is a value, not a template
+/// argument: a copy of this loop per direction kept the compiler from inlining its calls.
 template <class Opening>
-void fill_rows_exactly(unplaced_items& items, Opening& opening, std::uint32_t capacity,
-                       std::uint32_t max_per_row, piece_vector& pieces,
-                       std::vector<std::uint64_t>& offsets, slot_assignment& slots) {
+std::size_t fill_rows_exactly(unplaced_items& items, Opening& opening, const pack_options& options,
+                              std::uint64_t reserve, bool down, std::size_t position, piece_vector& pieces,
+                              std::vector<std::uint64_t>& row_bounds, slot_assignment& slots) {
   std::vector<std::uint32_t>& count = items.count;
   length_set& present = items.present;
-  const std::uint32_t per_row_limit = max_per_row == 0 ? UINT32_MAX : max_per_row;
-  std::size_t position = 0;
+  const std::uint32_t capacity = options.capacity;
+  const std::uint32_t per_row_limit = options.max_per_row == 0 ? UINT32_MAX : options.max_per_row;
+  // An item goes at `position - below`, and the next at `position + above` from there.
+  const std::size_t below = down ? 1 : 0;
+  const std::size_t above = 1 - below;
 
-  while (items.left != 0) {
+  while (items.left > reserve) {
     std::uint32_t gap = capacity;
     std::uint32_t in_row = 0;
     // Places `n` items of `length` in the row.
     auto take = [&](std::uint32_t length, std::uint32_t n = 1) {
-      for (std::uint32_t k = 0; k < n; ++k) slots.add(pieces, position++, length);
+      for (std::uint32_t k = 0; k < n; ++k) {
+        const std::size_t at = position - below;
+        slots.add(pieces, at, length);
+        position = at + above;
+      }
       items.remove(length, n);
       gap -= n * length;
       in_row += n;
@@ -161,8 +180,103 @@ void fill_rows_exactly(unplaced_items& items, Opening& opening, std::uint32_t ca
       const std::uint32_t keeps_gap_fillable = rest <= gap ? present.find_prev(gap - rest) : length_set::none;
       take(keeps_gap_fillable != length_set::none ? keeps_gap_fillable : fits);
     }
-    offsets.push_back(position);
+    row_bounds.push_back(position);
   }
+  return position;
+}
+
+/// Items from which the exact packers fill their rows in two halves (pack_exactly).
+inline constexpr std::uint64_t min_halved_items = std::uint64_t{1} << 20;
+
+/// Whether pack_exactly fills these items in two halves: a pure function of the histogram, so
+/// the rows do not depend on the thread count. Each half then has at least 2^19 items and 8
+/// a length of the row, enough that its histogram closes rows as the whole one does.
+[[nodiscard]] inline bool fills_in_halves(const item_histogram& histogram, std::uint32_t capacity) noexcept {
+  return histogram.items >= min_halved_items && histogram.items >= 16 * std::uint64_t{capacity};
+}
+
+/// One half of a fill in halves (pack_exactly), aligned to cache lines of its own: its thread
+/// updates the items left and the opening's generator at every item, and sharing a line with
+/// the other half's made two threads slower than one.
+template <class Opening>
+struct alignas(128) half_fill {
+  unplaced_items items;
+  Opening opening;
+  slot_assignment slots;
+  std::vector<std::uint64_t> row_bounds;
+  std::size_t position;
+
+  template <class MakeOpening>
+  half_fill(std::vector<std::uint32_t> count, const MakeOpening& make_opening, std::uint64_t fill,
+            slot_assignment hand_out, std::vector<std::uint64_t> bounds, std::size_t start)
+      : items(std::move(count)),
+        opening(make_opening(items, fill)),
+        slots(std::move(hand_out)),
+        row_bounds(std::move(bounds)),
+        position(start) {}
+};
+
+/// exact_fit and randomized_exact_fit: the rows of the histogram's items (`count`), with the
+/// openings make_opening(items, k) gives (k: 0 for a whole fill, 1 and 2 for the halves, 3
+/// for the rest). With `halves` (fills_in_halves), two halves are filled side by side, on two
+/// threads when options.threads > 1: the first takes ceil(count[l] / 2) of each length and
+/// every full piece of a split sample, and lays its rows out from the first piece up; the
+/// second the other items, from the last piece down. Each stops at a row's end with at most
+/// 1/64 of its items left; what both left is then filled as one histogram between the two, so
+/// that the last rows, where a thin histogram closes gaps less well, draw on both halves.
+/// Throws std::bad_alloc; the rows are the same whatever the threads.
+template <class MakeOpening>
+void pack_exactly(std::vector<std::uint32_t> count, bool halves, const pack_options& options, piece_vector& pieces,
+                  std::vector<std::uint64_t>& offsets, slot_assignment& slots, const MakeOpening& make_opening) {
+  if (!halves) {
+    unplaced_items items(std::move(count));
+    auto opening = make_opening(items, 0);
+    fill_rows_exactly(items, opening, options, 0, false, 0, pieces, offsets, slots);
+    return;
+  }
+  using opening_type = decltype(make_opening(std::declval<const unplaced_items&>(), 0));
+  const std::size_t capacity = options.capacity;
+  std::vector<std::uint32_t> second_count(count.size(), 0);
+  for (std::size_t l = 1; l < capacity; ++l) {
+    second_count[l] = count[l] / 2;
+    count[l] -= second_count[l];
+  }
+  slot_assignment second_slots = slots.second_half(pieces, count);
+  // The second half's row starts, highest first.
+  std::vector<std::uint64_t> second_starts{pieces.size()};
+  second_starts.reserve(offsets.capacity() / 2 + 1);
+  half_fill<opening_type> first(std::move(count), make_opening, 1, std::move(slots), std::move(offsets), 0);
+  half_fill<opening_type> second(std::move(second_count), make_opening, 2, std::move(second_slots),
+                                 std::move(second_starts), pieces.size());
+  std::exception_ptr failure[2];
+  const auto fill_half = [&](std::size_t half) noexcept {
+    try {
+      half_fill<opening_type>& h = half == 0 ? first : second;
+      h.position = fill_rows_exactly(h.items, h.opening, options, h.items.left / 64, half == 1, h.position, pieces,
+                                     h.row_bounds, h.slots);
+    } catch (...) {  // std::bad_alloc from a row bound
+      failure[half] = std::current_exception();
+    }
+  };
+  if (options.threads > 1) {
+    run_parts(2, fill_half);
+  } else {
+    fill_half(0);
+    fill_half(1);
+  }
+  slots = std::move(first.slots);
+  offsets = std::move(first.row_bounds);
+  for (const std::exception_ptr& f : failure)
+    if (f) std::rethrow_exception(f);
+
+  slots.take_remaining(second.slots, pieces);
+  for (std::size_t l = 1; l <= capacity; ++l) first.items.count[l] += second.items.count[l];
+  unplaced_items rest(std::move(first.items.count));
+  auto rest_opening = make_opening(rest, 3);
+  [[maybe_unused]] const std::size_t rest_end =
+      fill_rows_exactly(rest, rest_opening, options, 0, false, first.position, pieces, offsets, slots);
+  assert(rest_end == second.position);
+  offsets.insert(offsets.end(), second.row_bounds.rbegin() + 1, second.row_bounds.rend());
 }
 
 }  // namespace multipack::detail

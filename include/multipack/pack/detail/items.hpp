@@ -373,6 +373,36 @@ class slot_assignment {
     if (begin != 0) offsets_.push_back({position, begin});
   }
 
+  /// A second hand-out from the same buckets, for filling rows in two halves side by side:
+  /// of each length l, the items after the first `first_half[l]`, which stay this one's. The
+  /// second never hands out full pieces of a split sample (first_half[capacity] must be all
+  /// of them): their counting runs in one hand-out. Called before any add(). O(capacity) time
+  /// and memory; throws std::bad_alloc.
+  [[nodiscard]] slot_assignment second_half(const piece_vector& pieces, const std::vector<std::uint32_t>& first_half) const {
+    slot_assignment second(*this);
+    second.offsets_.reserve(offsets_.capacity());  // add() may not allocate
+    second.half_begin_.resize(cursor_.size());
+    second.bucket_end_.resize(cursor_.size());
+    for (std::size_t l = 0; l < cursor_.size(); ++l) {
+      second.cursor_[l] += first_half[l];
+      second.half_begin_[l] = second.cursor_[l];
+      second.bucket_end_[l] = l + 1 < cursor_.size() ? cursor_[l + 1] : static_cast<std::uint32_t>(pieces.size());
+    }
+    return second;
+  }
+
+  /// Once both halves are done with their rows: this hand-out goes on with what the second
+  /// left of each length, after what it left itself (the second's unread bucket entries move
+  /// to just after this one's range). O(capacity + entries moved); allocates nothing.
+  void take_remaining(slot_assignment& second, piece_vector& pieces) noexcept {
+    for (std::size_t l = 0; l < cursor_.size(); ++l) {
+      std::uint32_t to = second.half_begin_[l];
+      for (std::uint32_t from = second.cursor_[l]; from < second.bucket_end_[l]; ++from)
+        pieces[to++].begin = pieces[from].begin;  // to <= from: in order, no entry is overwritten unread
+    }
+    offsets_.insert(offsets_.end(), second.offsets_.begin(), second.offsets_.end());  // within the capacity reserved
+  }
+
   /// Last pass, once every slot was added: every piece's `begin` and `end` (the `begin`
   /// fields cleared in as many parts as the sample order had, side by side).
   void finish(piece_vector& pieces) noexcept {
@@ -433,6 +463,9 @@ class slot_assignment {
   std::uint32_t last_full_ = no_slot;
   std::uint32_t full_index_ = 0;
   std::vector<offset_piece> offsets_;
+  // A second half only (second_half()): per length, its first bucket entry and its bucket's end.
+  std::vector<std::uint32_t> half_begin_;
+  std::vector<std::uint32_t> bucket_end_;
 };
 
 }  // namespace multipack::detail

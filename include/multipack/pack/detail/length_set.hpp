@@ -31,8 +31,10 @@ class length_set {
     if (word == 0) summary_[x >> 12U] &= ~bit(x >> 6U);
   }
 
-  /// The largest member <= x, or none.
-  [[nodiscard]] std::uint32_t find_prev(std::uint32_t x) const noexcept {
+  /// The largest member <= x, or none. Always inlined, as find_next: the exact packers call
+  /// them for most items placed, and where a packer instantiates its loop several times GCC
+  /// stopped inlining them (randomized_exact_fit 20 % slower).
+  [[nodiscard, gnu::always_inline]] std::uint32_t find_prev(std::uint32_t x) const noexcept {
     if (x == none) return none;
     std::size_t w = x >> 6U;
     if (w >= words_.size()) {
@@ -53,7 +55,7 @@ class length_set {
   }
 
   /// The smallest member >= x, or none.
-  [[nodiscard]] std::uint32_t find_next(std::uint32_t x) const noexcept {
+  [[nodiscard, gnu::always_inline]] std::uint32_t find_next(std::uint32_t x) const noexcept {
     std::size_t w = x >> 6U;
     if (w >= words_.size()) return none;
     const std::uint64_t here = words_[w] & (~std::uint64_t{0} << (x & 63U));
