@@ -4,6 +4,7 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <set>
@@ -42,7 +43,7 @@ TEST_CASE("length_set answers find_prev and find_next as std::set does") {
   }
 }
 
-TEST_CASE("length_set::find_prev_pair is the member-by-member scan it replaces, budget included") {
+TEST_CASE("length_set::find_prev_pair is a member-by-member scan, budget included") {
   for (const std::uint32_t universe : {64U, 65U, 200U, 4097U, 65537U}) {
     splitmix64 rng(universe + 1);
     const int trials = universe > 5000 ? 200 : 3000;  // a row of 65,536 tokens: fewer, they are long
@@ -65,12 +66,26 @@ TEST_CASE("length_set::find_prev_pair is the member-by-member scan it replaces, 
       CAPTURE(low);
       CAPTURE(high);
       CAPTURE(start_budget);
-      // The scan: members of [low, high] from the top, each costing one unit of budget.
+      // The scan: members of [low, high] from the top whose partner sum - x lies between the
+      // smallest and the largest member of [sum - high', sum - low'] (low' and high': the
+      // lowest and the highest member of [low, high]), each costing one unit of budget.
       std::uint32_t expected = length_set::none;
       int expected_budget = start_budget;
-      for (auto it = reference.rbegin(); it != reference.rend() && low <= high; ++it) {
-        if (*it > high) continue;
-        if (*it < low || expected_budget == 0) break;
+      std::int64_t lowest_member = -1, highest_member = -1;
+      for (const std::uint32_t x : reference)
+        if (x >= low && x <= high) {
+          if (lowest_member < 0) lowest_member = x;
+          highest_member = x;
+        }
+      std::int64_t partner_low = -1, partner_high = -1;
+      for (const std::uint32_t x : reference)
+        if (lowest_member >= 0 && x >= std::int64_t{sum} - highest_member && x <= std::int64_t{sum} - lowest_member) {
+          if (partner_low < 0) partner_low = x;
+          partner_high = x;
+        }
+      for (auto it = reference.rbegin(); it != reference.rend() && low <= high && partner_low >= 0; ++it) {
+        if (*it > high || std::int64_t{sum} - *it < partner_low) continue;
+        if (*it < low || std::int64_t{sum} - *it > partner_high || expected_budget == 0) break;
         --expected_budget;
         if (*it <= sum && reference.count(sum - *it) == 1) {
           expected = *it;
