@@ -108,10 +108,9 @@ TEST_CASE("length_sampler draws only unplaced lengths, as removals and snapshots
     std::vector<std::uint32_t> count(1000, 0);
     std::uint64_t left = 0;
     for (std::size_t l = 1; l < count.size(); ++l) left += count[l] = static_cast<std::uint32_t>(rng.below(most));
-    length_sampler sampler(count);
-    splitmix64 draws(5);
+    length_sampler sampler(count, 5);
     while (left != 0) {  // to the last item: every snapshot is retaken on the way
-      const std::uint32_t length = sampler.draw(count, left, draws);
+      const std::uint32_t length = sampler.draw(count, left);
       REQUIRE(length >= 1);
       REQUIRE(length < count.size());
       REQUIRE(count[length] != 0);
@@ -136,12 +135,11 @@ TEST_CASE("length_sampler draws each unplaced item with the same probability") {
     count[longest] = 1000;
     if (lengths == 6) count[longest] = 7000;
     std::uint64_t left = 111 + count[longest];
-    length_sampler sampler(count);
-    splitmix64 rng(11);
+    length_sampler sampler(count, 11);
     auto check_frequencies = [&] {
       constexpr int draws = 200'000;
       std::vector<int> seen(count.size(), 0);
-      for (int k = 0; k < draws; ++k) ++seen[sampler.draw(count, left, rng)];
+      for (int k = 0; k < draws; ++k) ++seen[sampler.draw(count, left)];
       for (std::size_t l = 0; l < count.size(); ++l) {
         const double p = static_cast<double>(count[l]) / static_cast<double>(left);
         const double expected = p * draws;

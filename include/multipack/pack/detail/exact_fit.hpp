@@ -74,12 +74,14 @@ struct longest_first {
 };
 
 /// randomized_exact_fit's opening: a uniformly random unplaced item; pairs are searched
-/// from a random length down, then from the top down to it.
+/// from a random length down, then from the top down to it. The items and the pairs' starts
+/// are drawn from two generators seeded from `seed`.
 class random_first {
  public:
   static constexpr bool opens_rows = true;
-  random_first(const unplaced_items& items, std::uint64_t seed) : sampler_(items.count), rng_(seed) {}
-  std::uint32_t open(const unplaced_items& items) { return sampler_.draw(items.count, items.left, rng_); }
+  random_first(const unplaced_items& items, std::uint64_t seed)
+      : sampler_(items.count, mix64(seed ^ 0x5851f42d4c957f2dULL)), rng_(seed) {}
+  std::uint32_t open(const unplaced_items& items) { return sampler_.draw(items.count, items.left); }
   std::uint32_t pair_start(std::uint32_t low, std::uint32_t high) noexcept {
     return static_cast<std::uint32_t>(low + rng_.below(std::uint64_t{high} - low + 1));
   }
