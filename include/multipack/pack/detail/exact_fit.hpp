@@ -160,7 +160,9 @@ std::size_t fill_rows_exactly(unplaced_items& items, Opening& opening, const pac
       return false;
     };
     while (gap != 0 && items.left != 0 && in_row < per_row_limit) {
-      if (count[gap] != 0) {  // one item closes the row exactly
+      // One item closes the row exactly. The set of lengths, not the counts: at 65,536 tokens
+      // a row the counts (256 KB) miss the L1 cache at a random gap, the set (8 KB) does not.
+      if (present.contains(gap)) {
         take(gap);
         break;
       }
