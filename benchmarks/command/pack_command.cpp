@@ -3,7 +3,10 @@
 #include "command/pack_command.hpp"
 
 #include <algorithm>
+#include <chrono>
+#include <cstdlib>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
@@ -16,6 +19,33 @@
 
 namespace multipack::bench {
 namespace {
+
+/// Seconds to allocate blocks of `pieces` pieces and `rows` + 1 row offsets as pack() does and
+/// write one byte in every 4 KiB page of them (the pieces zero-filled, the offsets
+/// value-initialized): what the kernel, and a virtual machine's host, charge for as much fresh
+/// memory as a result, the part of a first run that no packing writing its result into fresh
+/// memory avoids.
+double first_touch_seconds(std::size_t pieces, std::size_t rows) {
+  const auto start = clock::now();
+  piece_vector block{multipack::detail::huge_page_allocator<piece>(multipack::detail::zero_filled)};
+  block.resize(pieces);
+  auto* bytes = reinterpret_cast<unsigned char*>(block.data());
+  for (std::size_t at = 0; at < pieces * sizeof(piece); at += 4096) bytes[at] = 1;
+  std::vector<std::uint64_t> offsets(rows + 1);
+  const double seconds = seconds_since(start);
+  if (bytes[0] != 1 || offsets.back() != 0) std::abort();  // keeps the writes
+  return seconds;
+}
+
+/// Waits `seconds` (0: not at all), so that memory freed before goes back to the system: a
+/// virtual machine's guest reports free pages to its host after about 2 s, and a page the host
+/// took back costs a fault on the host at the next touch (about 1 ms a MB on the VM of the
+/// README's tables, 10x the guest's own fault).
+void idle(unsigned seconds) {
+  if (seconds == 0) return;
+  progress p(fmt::format("idle for {} s", seconds));
+  std::this_thread::sleep_for(std::chrono::seconds(seconds));
+}
 
 /// One line a row, the pieces as append_pieces writes them.
 void write_rows(const std::string& path, const packed_rows& rows, const std::vector<std::uint32_t>& lengths) {
@@ -42,6 +72,7 @@ int run_pack_command(const pack_command_options& o) {
   packing result;
   double first_seconds = 0;
   double pack_seconds = 0;
+  idle(o.idle_before);
   for (unsigned run = 0; run < std::max(1U, o.repeat); ++run) {
     progress p(fmt::format("packing {} samples ({})", lengths.size(), o.packing.algorithm));
     result = packing{};
@@ -53,6 +84,12 @@ int run_pack_command(const pack_command_options& o) {
   }
   const std::uint64_t peak = peak_rss_bytes();
   const std::uint64_t pack_peak = peak > rss_before ? peak - rss_before : 0;
+
+  // What as much fresh memory as the result costs, after the same wait. The result is still
+  // held, so these are pages this process never had (a first run may get some that the
+  // guest had not yet given back).
+  idle(o.idle_before);
+  const double touch_seconds = first_touch_seconds(result.rows.pieces().size(), result.rows.size());
 
   // The floor, in the same run: sorting a copy of the same lengths.
   std::vector<std::uint32_t> copy = lengths;
@@ -74,6 +111,8 @@ int run_pack_command(const pack_command_options& o) {
     out["pack_seconds"] = pack_seconds;
     out["pack_seconds_first_run"] = first_seconds;
     out["repeat"] = std::max(1U, o.repeat);
+    out["idle_before_seconds"] = o.idle_before;
+    out["first_touch_seconds"] = touch_seconds;
     out["sort_seconds"] = sort_seconds;
     out["pack_over_sort"] = sort_seconds > 0 ? pack_seconds / sort_seconds : 0.0;
     out["peak_rss_bytes"] = peak_rss_bytes();
@@ -93,6 +132,8 @@ int run_pack_command(const pack_command_options& o) {
   fmt::print("  pack time      {:>12.4f} s   best of {}; first run {:.4f} s; sort of the same lengths {:.4f} s (x {:.2f})\n",
              pack_seconds, std::max(1U, o.repeat), first_seconds, sort_seconds,
              sort_seconds > 0 ? pack_seconds / sort_seconds : 0.0);
+  fmt::print("  first touch    {:>12.4f} s   of as much fresh memory as the result{}\n",
+             touch_seconds, o.idle_before == 0 ? std::string() : fmt::format(", each after {} s idle", o.idle_before));
   fmt::print("  dropped        {:>14L}   samples, {:L} tokens (longer than a row)\n", r.dropped_samples, r.dropped_tokens);
   fmt::print("  truncated      {:>14L}   samples, {:L} tokens cut\n", r.truncated_samples, r.truncated_tokens);
   fmt::print("  split          {:>14L}   samples\n", r.split_samples);
@@ -107,6 +148,11 @@ void add_pack_command(CLI::App& app, pack_command_options& o, std::function<int(
   CLI::App* command = app.add_subcommand("pack", "pack sample lengths into rows and report how well and how fast");
   add_packing_flags(*command, o.packing);
   command->add_option("--repeat", o.repeat, "pack R times; report the fastest and the first")->capture_default_str();
+  command->add_option("--idle-before", o.idle_before,
+                      "wait SECONDS before the first packing and before timing the first touch of fresh memory, "
+                      "so that memory freed before goes back to the system (a virtual machine's host), as a "
+                      "trainer's previous epoch's has")
+      ->capture_default_str();
   command->add_flag("--json", o.json, "print one JSON object on standard output");
   command->add_option("--dump-rows", o.dump_rows, "write the rows to FILE, one line a row");
   command->callback([&] { action = [&] { return run_pack_command(o); }; });
