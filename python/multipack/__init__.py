@@ -45,8 +45,10 @@ def _count(name: str, value: Any, least: int = 0, most: int = _UINT32) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"{name} must be an integer, got {type(value).__name__} {value!r}")
     value = int(value)
-    if value < least or value > most:
-        raise ValueError(f"{name} = {value} is outside [{least}, {most}]")
+    if value < least:
+        raise ValueError(f"{name} = {value}: must be at least {least}")
+    if value > most:  # the type's bound; a lower one of the C++ side is checked there
+        raise ValueError(f"{name} = {value}: must be at most {most}")
     return value
 
 

@@ -158,7 +158,7 @@ def test_bad_lengths_are_refused(lengths, error, message):
     ({"algorithm": "best-fit"}, ValueError, "exact-fit"),
     ({"overlong": "wrap"}, ValueError, "truncate"),
     ({"max_per_row": True}, TypeError, "max_per_row"),
-    ({"threads": 0}, ValueError, "threads"),
+    ({"threads": 0}, ValueError, "threads = 0: must be at least 1"),
     ({"threads": 257}, ValueError, "at most 256"),  # the C++ library's check: the count reaches it
 ])
 def test_bad_options_are_refused(lengths, options, error, message):
