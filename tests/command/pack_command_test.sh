@@ -182,6 +182,17 @@ print(rows)' "$work/out" "$policy" "$small_overlong") || fail "--lengths $small 
   ok "--dump-rows --overlong $policy, lengths over the capacity: pieces $([[ $policy == split ]] && echo 'tile each sample' || echo 'are 0:C'), every algorithm"
 done
 
+# Every sample longer than the row and dropped: no rows, no pieces, every sample counted; and
+# --idle-before reported with the first touch of as much memory (here none).
+printf '%s\n' 5 6 >"$work/all-overlong.txt"
+expect_success --lengths "$work/all-overlong.txt" --capacity 4 --idle-before 1 --json
+"$python" -c '
+import json, sys
+r = json.load(open(sys.argv[1]))
+if (r["rows"], r["dropped_samples"], r["idle_before_seconds"]) != (0, 2, 1) or r["first_touch_seconds"] < 0:
+    sys.exit(f"all samples overlong: {r}")' "$work/out" || fail "--lengths all-overlong.txt --capacity 4"
+ok "every sample dropped: 0 rows, 2 dropped, --idle-before 1 and first_touch_seconds reported"
+
 # ---------------------------------------------------------------------------------------------
 # 4. --lengths and --data on the same data give the same rows.
 for algorithm in exact-fit randomized-exact-fit; do
