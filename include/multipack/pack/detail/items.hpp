@@ -328,7 +328,7 @@ class slot_assignment {
   slot_assignment(piece_vector& pieces, item_histogram& histogram, std::span<const std::uint32_t> lengths,
                   const pack_options& options, const sample_order& order)
       : cursor_(histogram.count.size()), lengths_(lengths), capacity_(options.capacity),
-        split_(options.overlong == overlong_policy::split), parts_(order.parts()) {
+        split_(options.overlong == overlong_policy::split) {
     rewind(histogram.count);
     // Each part's cursors: where the part's samples start in every bucket, the bucket's
     // start plus the items of that length in the parts before (one part: cursor_ itself).
@@ -337,8 +337,8 @@ class slot_assignment {
       std::uint32_t start = cursor_[l];
       for (std::vector<std::uint32_t>& cursor : part_cursor) start += std::exchange(cursor[l], start);
     }
-    std::vector<std::uint64_t> offset_pieces(parts_, 0);  // pieces that do not start their sample
-    run_parts(parts_, [&](std::size_t part) {
+    std::vector<std::uint64_t> offset_pieces(order.parts(), 0);  // pieces that do not start their sample
+    run_parts(order.parts(), [&](std::size_t part) {
       std::uint32_t* const cursor = part_cursor.empty() ? cursor_.data() : part_cursor[part].data();
       order.for_each_run_in_part(part, [&](std::size_t begin, std::size_t end) {
         offset_pieces[part] += bucket_run(pieces, lengths, begin, end, options.overlong, cursor);
@@ -459,7 +459,6 @@ class slot_assignment {
   std::span<const std::uint32_t> lengths_;
   std::uint32_t capacity_;
   bool split_;
-  std::size_t parts_;
   std::uint32_t last_full_ = no_slot;
   std::uint32_t full_index_ = 0;
   std::vector<offset_piece> offsets_;
