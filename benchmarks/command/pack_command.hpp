@@ -14,7 +14,7 @@ namespace multipack::bench {
 struct pack_command_options {
   packing_flags packing;
   unsigned repeat = 1;
-  unsigned idle_before = 0;  ///< seconds to wait before the first packing and before the first touch timed
+  unsigned idle_before = 0;  ///< seconds to wait before the first packing, the packing into its memory and the first touch timed
   bool json = false;
   std::string dump_rows;
 };

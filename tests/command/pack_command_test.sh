@@ -23,7 +23,7 @@ from dump_format import die, piece_re, read_json_line, read_lengths
 def check_json(report, lengths_file, samples, algorithm, capacity):
     r = read_json_line(report)
     keys = ['samples', 'tokens', 'capacity', 'algorithm', 'rows', 'lower_bound', 'efficiency',
-            'pack_seconds', 'dropped_samples', 'dropped_tokens', 'truncated_samples',
+            'pack_seconds', 'pack_seconds_reusing_memory', 'dropped_samples', 'dropped_tokens', 'truncated_samples',
             'split_samples', 'peak_rss_bytes']
     missing = [k for k in keys if k not in r]
     if missing:
@@ -183,15 +183,16 @@ print(rows)' "$work/out" "$policy" "$small_overlong") || fail "--lengths $small 
 done
 
 # Every sample longer than the row and dropped: no rows, no pieces, every sample counted; and
-# --idle-before reported with the first touch of as much memory (here none).
+# --idle-before reported with the packing into the first one's memory and the first touch of as
+# much memory (here none).
 printf '%s\n' 5 6 >"$work/all-overlong.txt"
 expect_success --lengths "$work/all-overlong.txt" --capacity 4 --idle-before 1 --json
 "$python" -c '
 import json, sys
 r = json.load(open(sys.argv[1]))
-if (r["rows"], r["dropped_samples"], r["idle_before_seconds"]) != (0, 2, 1) or r["first_touch_seconds"] < 0:
+if (r["rows"], r["dropped_samples"], r["idle_before_seconds"]) != (0, 2, 1) or r["first_touch_seconds"] < 0 or r["pack_seconds_reusing_memory"] < 0:
     sys.exit(f"all samples overlong: {r}")' "$work/out" || fail "--lengths all-overlong.txt --capacity 4"
-ok "every sample dropped: 0 rows, 2 dropped, --idle-before 1 and first_touch_seconds reported"
+ok "every sample dropped: 0 rows, 2 dropped, --idle-before 1, pack_seconds_reusing_memory and first_touch_seconds reported"
 
 # ---------------------------------------------------------------------------------------------
 # 4. --lengths and --data on the same data give the same rows.

@@ -16,6 +16,10 @@
 
 namespace multipack {
 
+namespace detail {
+struct packed_rows_blocks;
+}  // namespace detail
+
 /// Pieces of a packing, in one block (huge pages where the system has them).
 using piece_vector = detail::large_vector<piece>;
 
@@ -63,8 +67,27 @@ class packed_rows {
   friend bool operator==(const packed_rows&, const packed_rows&) = default;
 
  private:
+  friend struct detail::packed_rows_blocks;
+
   piece_vector pieces_;
   std::vector<std::uint64_t> offsets_{0};
 };
+
+namespace detail {
+
+/// The blocks of packed rows, for a packing to write into again (pack's storage argument).
+struct packed_rows_blocks {
+  piece_vector pieces;
+  std::vector<std::uint64_t> offsets;
+
+  /// Takes the blocks of `rows`, which is left with no rows. Throws std::bad_alloc (the empty
+  /// rows' one offset).
+  [[nodiscard]] static packed_rows_blocks take(packed_rows& rows) {
+    packed_rows taken = std::exchange(rows, packed_rows());
+    return {std::move(taken.pieces_), std::move(taken.offsets_)};
+  }
+};
+
+}  // namespace detail
 
 }  // namespace multipack

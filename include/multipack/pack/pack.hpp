@@ -32,27 +32,19 @@ struct packing {
   pack_report report;
 };
 
-/// Packs samples of the given lengths into rows of options.capacity tokens.
-///
-/// Every sample of length > 0 is in the rows (as one piece, or several when split) or counted
-/// in the report under one cause; no row holds more than capacity tokens or more than
-/// max_per_row pieces. Pieces of the histogram-based algorithms are handed to samples of equal
-/// length in index order (for the halves of exact_fit's rows: each half in index order), so
-/// the result is a pure function of (lengths, options), the same for any options.threads
-/// (which only splits the work between threads).
-///
-/// Cost: O(n + capacity) time for exact_fit and next_fit, O(n + capacity log n) expected for
-/// randomized_exact_fit, O(n log n) for the decreasing ones. The passes over the samples are
-/// split between options.threads threads where each has 16,384 samples and more than capacity
-/// of them (O(capacity) memory a thread); the exact packers fill their rows in two halves, on
-/// two threads, from 2^20 pieces and 16 a length of the row. Memory: 12 bytes a piece and 8 a
-/// row for the result, plus 4 bytes a piece while packing for the decreasing ones, 4 a row of
-/// the second half for the halves, plus O(capacity), plus 16 bytes for each piece of a split
-/// sample but its first. Throws option_error for bad
-/// options or more than 2^32 - 2 pieces, sample_error for an overlong sample under
-/// overlong_policy::error; on a throw nothing is returned and nothing leaks. Thread-safe:
-/// shares no state between calls.
-[[nodiscard]] inline packing pack(std::span<const std::uint32_t> lengths, const pack_options& options) {
+/// Packs samples of the given lengths into rows of options.capacity tokens, into the blocks of
+/// an earlier packing, `storage` (`result = pack(lengths, options, std::move(result))`): what
+/// pack(lengths, options) gives, with the pieces and the row offsets written where storage's
+/// were wherever those blocks are large enough. Memory a process keeps costs no page faults,
+/// while a fresh block costs one a page, and more on a virtual machine whose host took back
+/// the pages freed since (a trainer packing every epoch: the last epoch's memory). A block
+/// that is too small is freed before its replacement is allocated. `storage` is left with no
+/// rows, also on a throw. Throws what pack(lengths, options) throws. Cost: pack's, less the
+/// first touch of the blocks reused.
+[[nodiscard]] inline packing pack(std::span<const std::uint32_t> lengths, const pack_options& options,
+                                  packing&& storage) {
+  detail::packed_rows_blocks blocks = detail::packed_rows_blocks::take(storage.rows);
+  storage.report = {};
   validate(options);
   if (lengths.size() >= detail::no_slot)
     throw option_error("pack: " + std::to_string(lengths.size()) +
@@ -63,14 +55,24 @@ struct packing {
   const bool shuffled = options.algorithm == packing_algorithm::randomized_exact_fit;
   const detail::sample_order order(lengths.size(), options, shuffled, ~epoch_seed(options.seed, options.epoch));
   detail::item_histogram histogram = detail::classify(lengths, options, order, result.report);
-  // Sized once, every field then written by the packer: no zeros written first.
+  // Sized once, every field then written by the packer: no zeros written first, neither on
+  // fresh pages (zero already) nor on a reused block (the old pieces are overwritten). The
+  // zero-filled allocator is this vector's whatever storage's was: a moved-in block keeps the
+  // allocator of the vector it moves into (equal allocators, not propagated on assignment).
   piece_vector pieces{detail::huge_page_allocator<piece>(detail::zero_filled)};
-  std::vector<std::uint64_t> offsets{0};
+  if (blocks.pieces.capacity() >= histogram.items) pieces = std::move(blocks.pieces);
+  blocks.pieces = piece_vector();  // a block too small goes before the new one comes
+  pieces.clear();
   // Rows: at least the lower bound (which counts the pieces over half a row, no two in one
   // row). Reserving for it keeps the offsets from growing by copies (3x their size at the
   // peak) where long pieces dominate.
   const std::uint64_t expected_rows = result.report.lower_bound;
-  offsets.reserve(expected_rows + expected_rows / 64 + 2);
+  const std::uint64_t offsets_wanted = expected_rows + expected_rows / 64 + 2;
+  std::vector<std::uint64_t> offsets;
+  if (blocks.offsets.capacity() >= offsets_wanted) offsets = std::move(blocks.offsets);
+  blocks.offsets = std::vector<std::uint64_t>();
+  offsets.assign(1, 0);
+  offsets.reserve(offsets_wanted);
 
   if (options.algorithm == packing_algorithm::next_fit) {
     pieces.reserve(histogram.items);
@@ -105,14 +107,39 @@ struct packing {
   return result;
 }
 
+/// Packs samples of the given lengths into rows of options.capacity tokens, into fresh memory
+/// (pack(lengths, options, storage) reuses an earlier packing's).
+///
+/// Every sample of length > 0 is in the rows (as one piece, or several when split) or counted
+/// in the report under one cause; no row holds more than capacity tokens or more than
+/// max_per_row pieces. Pieces of the histogram-based algorithms are handed to samples of equal
+/// length in index order (for the halves of exact_fit's rows: each half in index order), so
+/// the result is a pure function of (lengths, options), the same for any options.threads
+/// (which only splits the work between threads).
+///
+/// Cost: O(n + capacity) time for exact_fit and next_fit, O(n + capacity log n) expected for
+/// randomized_exact_fit, O(n log n) for the decreasing ones. The passes over the samples are
+/// split between options.threads threads where each has 16,384 samples and more than capacity
+/// of them (O(capacity) memory a thread); the exact packers fill their rows in two halves, on
+/// two threads, from 2^20 pieces and 16 a length of the row. Memory: 12 bytes a piece and 8 a
+/// row for the result, plus 4 bytes a piece while packing for the decreasing ones, 4 a row of
+/// the second half for the halves, plus O(capacity), plus 16 bytes for each piece of a split
+/// sample but its first. Throws option_error for bad
+/// options or more than 2^32 - 2 pieces, sample_error for an overlong sample under
+/// overlong_policy::error; on a throw nothing is returned and nothing leaks. Thread-safe:
+/// shares no state between calls.
+[[nodiscard]] inline packing pack(std::span<const std::uint32_t> lengths, const pack_options& options) {
+  return pack(lengths, options, packing{});
+}
+
 /// Any range of integer lengths: copied into 32-bit lengths first (4 bytes a sample).
 /// Throws sample_error for a negative length or one of 2^32 tokens or more, naming the sample.
 /// Not a range of bool or of characters (plain_integral): pack(std::string("abc"), o) would
-/// pack three samples of 97, 98 and 99 tokens.
+/// pack three samples of 97, 98 and 99 tokens. With `storage`, into its blocks, as above.
 template <std::ranges::input_range Lengths>
   requires plain_integral<std::ranges::range_value_t<Lengths>> &&
            (!std::convertible_to<Lengths, std::span<const std::uint32_t>>)
-[[nodiscard]] packing pack(Lengths&& lengths, const pack_options& options) {
+[[nodiscard]] packing pack(Lengths&& lengths, const pack_options& options, packing&& storage = packing{}) {
   std::vector<std::uint32_t> copy;
   if constexpr (std::ranges::sized_range<Lengths>) copy.reserve(std::ranges::size(lengths));
   for (auto&& length : lengths) {
@@ -126,7 +153,7 @@ template <std::ranges::input_range Lengths>
                          " tokens; at most 2^32 - 1 are supported");
     copy.push_back(static_cast<std::uint32_t>(v));
   }
-  return pack(std::span<const std::uint32_t>(copy), options);
+  return pack(std::span<const std::uint32_t>(copy), options, std::move(storage));
 }
 
 }  // namespace multipack
