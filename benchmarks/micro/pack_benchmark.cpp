@@ -88,6 +88,22 @@ void pack_lengths(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * static_cast<std::int64_t>(lengths.size()));
 }
 
+/// The same, each packing written into the last one's memory (pack's storage argument), as a
+/// trainer's later epochs are: no page of the result is faulted in again.
+void pack_into_last_packing(benchmark::State& state) {
+  const auto& lengths = lengths_of(static_cast<int>(state.range(2)), static_cast<std::uint32_t>(state.range(1)));
+  const multipack::pack_options options{static_cast<std::uint32_t>(state.range(1)),
+                                        static_cast<multipack::packing_algorithm>(state.range(0))};
+  multipack::packing result = multipack::pack(lengths, options);
+  for (auto _ : state) {
+    result = multipack::pack(lengths, options, std::move(result));
+    benchmark::DoNotOptimize(result.rows.pieces().data());
+  }
+  state.SetLabel(std::string(multipack::to_string(options.algorithm)));
+  state.counters["rows_over_lower_bound"] = result.report.rows_over_lower_bound();
+  state.SetItemsProcessed(state.iterations() * static_cast<std::int64_t>(lengths.size()));
+}
+
 }  // namespace
 
 // The sort's capacity matters to shape 2 only.
@@ -101,5 +117,10 @@ BENCHMARK(sort_floor)
     ->Unit(benchmark::kMillisecond);
 BENCHMARK(pack_lengths)
     ->ArgsProduct({{0, 1, 2, 3, 4}, {2048, 4096, 65536}, {0, 1, 2}})
+    ->ArgNames({"algorithm", "capacity", "shape"})
+    ->Unit(benchmark::kMillisecond);
+// exact-fit (0) and randomized-exact-fit (4).
+BENCHMARK(pack_into_last_packing)
+    ->ArgsProduct({{0, 4}, {2048, 4096, 65536}, {0, 1, 2}})
     ->ArgNames({"algorithm", "capacity", "shape"})
     ->Unit(benchmark::kMillisecond);

@@ -137,12 +137,13 @@ TEST_CASE("one loader's threads and buffers serve every epoch: none made between
   const epoch_planner plan_each = plan_each_epoch(lengths, alpaca_packing, alpaca_schedule);
   std::mutex mutex;
   std::set<std::thread::id> planners;  // the threads that planned epochs after the first
+  std::vector<const piece*> pieces_block(4, nullptr);  // where each epoch's pieces lie
   const epoch_planner recording_planner = [&](std::uint64_t epoch) {
-    if (epoch > 0) {
-      const std::lock_guard lock(mutex);
-      planners.insert(std::this_thread::get_id());
-    }
-    return plan_each(epoch);
+    std::shared_ptr<const epoch_plan> plan = plan_each(epoch);
+    const std::lock_guard lock(mutex);
+    if (epoch > 0) planners.insert(std::this_thread::get_id());
+    pieces_block.at(epoch) = plan->packed.rows.pieces().data();
+    return plan;
   };
   counting_resource memory;
   batch_options options;
@@ -171,6 +172,35 @@ TEST_CASE("one loader's threads and buffers serve every epoch: none made between
   CHECK_FALSE(recorded.readers->contains(std::this_thread::get_id()));
   REQUIRE(planners.size() == 1);
   CHECK(*planners.begin() != std::this_thread::get_id());
+  // Two plans at a time, and each epoch from the third on packed into the memory of the plan
+  // let go before it: no packing's memory allocated after the second epoch.
+  CHECK(pieces_block[0] != pieces_block[1]);
+  CHECK(pieces_block[2] == pieces_block[0]);
+  CHECK(pieces_block[3] == pieces_block[1]);
+}
+
+TEST_CASE("plan_each_epoch packs into the memory of a plan let go: the same plans") {
+  const auto lengths = alpaca_lengths();
+  auto planner = std::make_unique<epoch_planner>(plan_each_epoch(lengths, alpaca_packing, alpaca_schedule));
+  std::shared_ptr<const epoch_plan> first = (*planner)(0);
+  const piece* const block = first->packed.rows.pieces().data();
+  first.reset();
+  // Epoch 1 in epoch 0's memory; randomized_exact_fit gives it other rows, the ones a fresh
+  // plan of epoch 1 has.
+  const std::shared_ptr<const epoch_plan> second = (*planner)(1);
+  CHECK(second->packed.rows.pieces().data() == block);
+  const epoch_plan fresh = plan_of(lengths, 1);
+  CHECK(second->packed.rows == fresh.packed.rows);
+  CHECK(second->packed.report == fresh.packed.report);
+  CHECK(std::ranges::equal(second->schedule.sequence(), fresh.schedule.sequence()));
+  CHECK(second->schedule.steps() == fresh.schedule.steps());
+  // A plan still held is not reused: the next one has memory of its own, and is the same.
+  const std::shared_ptr<const epoch_plan> third = (*planner)(2);
+  CHECK(third->packed.rows.pieces().data() != block);
+  CHECK(third->packed.rows == plan_of(lengths, 2).packed.rows);
+  // Plans outlive their planner (freed, not given back, once it is gone).
+  planner.reset();
+  CHECK(third->schedule.steps() > 0);
 }
 
 TEST_CASE("a loader resumed at (epoch, step) gives exactly the tail of a full run") {

@@ -15,7 +15,8 @@
 //   next epoch while the trainer takes the last ones of the current epoch.
 // - One planning thread, started by the constructor, plans epoch e + 1 while epoch e trains.
 //   At most two plans are kept: the one being built from and the next. A plan goes as soon as
-//   its last step is built.
+//   its last step is built; plan_each_epoch's go back to the planner, which packs the epoch
+//   after next into their memory.
 // - The buffers have one layout for every epoch: the capacity of the first plan (or
 //   batch_options::capacity), and room in cu_seqlens for the most pieces any row of that
 //   capacity can hold of this dataset's samples (found once, O(samples + capacity)).
@@ -62,19 +63,69 @@ struct epoch_range {
 /// plan for the same epoch (a pure function of the epoch, as plan_epoch is).
 using epoch_planner = std::function<std::shared_ptr<const epoch_plan>(std::uint64_t epoch)>;
 
+namespace detail {
+
+/// The plan a planner of plan_each_epoch packs its next epoch into: a plan it made comes back
+/// here when its last holder lets it go (the epoch loader: once the plan's last step is
+/// built), and the next call takes it. Keeps one plan at most. Thread-safe.
+class plan_recycler {
+ public:
+  /// Keeps `plan` for the next call, or frees it when one is kept already. O(1), or the
+  /// plan's freeing.
+  void give_back(std::unique_ptr<epoch_plan> plan) noexcept {
+    {
+      const std::lock_guard lock(mutex_);
+      if (!kept_) kept_ = std::move(plan);
+    }
+    // A plan not kept is freed here, outside the lock.
+  }
+
+  /// The plan kept, or null. O(1).
+  [[nodiscard]] std::unique_ptr<epoch_plan> take() noexcept {
+    const std::lock_guard lock(mutex_);
+    return std::move(kept_);
+  }
+
+ private:
+  std::mutex mutex_;
+  std::unique_ptr<epoch_plan> kept_;
+};
+
+/// The deleter of plan_each_epoch's plans: to the recycler while the planner lives.
+struct give_back_to_recycler {
+  std::weak_ptr<plan_recycler> recycler;
+  void operator()(epoch_plan* plan) const noexcept {
+    std::unique_ptr<epoch_plan> owned(plan);
+    if (const std::shared_ptr<plan_recycler> r = recycler.lock()) r->give_back(std::move(owned));
+  }
+};
+
+}  // namespace detail
+
 /// The planner of plan_epoch(lengths, packing, schedule with epoch e) for every epoch e:
 /// `schedule.consumed_rows` (a restart with another world size) applies to epoch
 /// `schedule.epoch` only, every other epoch starts fresh. The lengths are copied once and
-/// shared by the calls. Cost: a copy of the lengths.
+/// shared by the calls (and by the planner's copies). A plan it made comes back to it when its
+/// last holder lets it go, and the next call packs into that plan's memory (plan_epoch's
+/// storage): an epoch loader's third epoch is packed into the first one's blocks, the fourth
+/// into the second's, so no epoch after the second faults its packing's pages in. The planner
+/// keeps one such plan at most, until it is destroyed. Cost: a copy of the lengths.
+/// Thread-safe: calls may run at once (each packs into a plan of its own).
 template <std::ranges::input_range Lengths>
 [[nodiscard]] epoch_planner plan_each_epoch(const Lengths& lengths, const pack_options& packing,
                                             const schedule_options& schedule) {
   auto shared = std::make_shared<const std::vector<std::uint32_t>>(std::ranges::begin(lengths), std::ranges::end(lengths));
-  return [shared = std::move(shared), packing, schedule](std::uint64_t epoch) {
+  auto recycler = std::make_shared<detail::plan_recycler>();
+  return [shared = std::move(shared), recycler = std::move(recycler), packing,
+          schedule](std::uint64_t epoch) -> std::shared_ptr<const epoch_plan> {
     schedule_options options = schedule;
     options.epoch = epoch;
     if (epoch != schedule.epoch) options.consumed_rows = 0;
-    return std::make_shared<const epoch_plan>(plan_epoch(*shared, packing, options));
+    std::unique_ptr<epoch_plan> plan = recycler->take();
+    if (!plan) plan = std::make_unique<epoch_plan>();
+    *plan = plan_epoch(*shared, packing, options, std::move(*plan));
+    // On a throw (the control block), the deleter runs: the plan goes back to the recycler.
+    return std::shared_ptr<epoch_plan>(plan.release(), detail::give_back_to_recycler{recycler});
   };
 }
 
@@ -269,7 +320,7 @@ class epoch_loader {
       const std::uint64_t epoch = epochs_.first + i;
       {
         std::unique_lock lock(mutex_);
-        changed_.wait(lock, [&] { return closing_ || plans_kept() < 2; });
+        changed_.wait(lock, [&] { return closing_ || plans_kept() + plans_leaving_ < 2; });
         if (closing_) return;
       }
       const auto start = clock::now();
@@ -335,20 +386,33 @@ class epoch_loader {
     struct retire {  // counts the step built, even when collation throws
       epoch_loader& loader;
       planned_epoch& entry;
-      ~retire() { loader.step_built(entry); }
-    } counted{*this, *entry};
+      std::shared_ptr<const epoch_plan>& plan;
+      ~retire() {
+        plan.reset();  // this worker's hold first: the entry's is then the plan's last
+        loader.step_built(entry);
+      }
+    } counted{*this, *entry, plan};
     detail::collate_rows(*dataset_, options_, b);
     return true;
   }
 
   // One more step of `entry` built: its plan goes after the last, and epochs whose plans are
-  // gone leave the front of the list. Worker threads. Never throws.
+  // gone leave the front of the list. The plan is let go outside the lock (freeing it unmaps
+  // its blocks), and the planning thread waits until it is gone: a planner that recycles plans
+  // (plan_each_epoch) then always has it back for the next epoch. Worker threads. Never throws.
   void step_built(planned_epoch& entry) noexcept {
+    std::shared_ptr<const epoch_plan> done;
+    {
+      const std::lock_guard lock(mutex_);
+      if (++entry.built < entry.steps) return;
+      done = std::move(entry.plan);
+      ++plans_leaving_;
+      // Keep the last entry: it says where the next epoch starts.
+      while (epochs_planned_.size() > 1 && epochs_planned_.front().plan == nullptr) epochs_planned_.pop_front();
+    }
+    done.reset();
     const std::lock_guard lock(mutex_);
-    if (++entry.built < entry.steps) return;
-    entry.plan.reset();
-    // Keep the last entry: it says where the next epoch starts.
-    while (epochs_planned_.size() > 1 && epochs_planned_.front().plan == nullptr) epochs_planned_.pop_front();
+    --plans_leaving_;
     changed_.notify_all();
   }
 
@@ -371,6 +435,7 @@ class epoch_loader {
   mutable std::mutex mutex_;
   std::condition_variable changed_;
   std::deque<planned_epoch> epochs_planned_;
+  std::size_t plans_leaving_ = 0;  // plans no entry holds, being let go (step_built)
   bool closing_ = false;
   bool all_planned_ = false;
   std::exception_ptr planner_error_;

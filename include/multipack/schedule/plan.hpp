@@ -38,17 +38,20 @@ struct epoch_plan {
 /// options.seed and options.epoch are also the packer's (packing_options' own seed and epoch
 /// are replaced), so the randomized algorithm repacks every epoch, exactly as
 /// views::pack({..., .seed = s, .epoch = e}) does; the others give the same rows, in a new
-/// order. A pure function of (lengths, packing_options, options).
+/// order. A pure function of (lengths, packing_options, options). With `storage` (an earlier
+/// plan, left with no rows), the rows are packed into its packing's blocks, as
+/// pack(lengths, options, storage) does: the same plan.
 ///
 /// Throws what pack and epoch_schedule throw. Cost: theirs. Thread-safe: shares nothing.
 template <class Lengths>
-[[nodiscard]] epoch_plan plan_epoch(Lengths&& lengths, pack_options packing_options, const schedule_options& options)
+[[nodiscard]] epoch_plan plan_epoch(Lengths&& lengths, pack_options packing_options, const schedule_options& options,
+                                    epoch_plan&& storage = epoch_plan{})
   requires requires { pack(std::forward<Lengths>(lengths), packing_options); }
 {
   validate(options);
   packing_options.seed = options.seed;
   packing_options.epoch = options.epoch;
-  epoch_plan plan{pack(std::forward<Lengths>(lengths), packing_options), {}};
+  epoch_plan plan{pack(std::forward<Lengths>(lengths), packing_options, std::move(storage.packed)), {}};
   plan.schedule = epoch_schedule(plan.packed.rows, options);
   return plan;
 }
