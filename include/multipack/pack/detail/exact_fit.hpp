@@ -159,6 +159,17 @@ std::size_t fill_rows_exactly(unplaced_items& items, Opening& opening, const pac
       }
       return false;
     };
+    // An item that no other can join (the longest, when even the shortest does not fit
+    // beside it) has a row of its own in any packing: given it now, it no longer holds
+    // `longest` up for the rows of shorter items, where it kept the runs of the longest item
+    // below from being taken and sent every gap to a pair search that could not succeed
+    // (long-tailed lengths at 4,096: 4,086-4,095 tokens left beside items of 11 and up,
+    // 6.9 M failed searches for 1.3 M rows, half the time).
+    if (items.longest + items.shortest > capacity) {
+      take(items.longest);
+      bounds.add(down, position);
+      continue;
+    }
     while (gap != 0 && items.left != 0 && in_row < per_row_limit) {
       // One item closes the row exactly. The set of lengths, not the counts: at 65,536 tokens
       // a row the counts (256 KB) miss the L1 cache at a random gap, the set (8 KB) does not.

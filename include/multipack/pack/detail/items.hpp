@@ -352,8 +352,10 @@ class slot_assignment {
     offsets_.reserve(all_offsets);
   }
 
-  /// Makes pieces[position] (not yet given a sample) the next slot of `length`.
-  void add(piece_vector& pieces, std::size_t position, std::uint32_t length) noexcept {
+  /// Makes pieces[position] (not yet given a sample) the next slot of `length`. Always inlined:
+  /// called for every piece, and a second call site in the exact packers' loop made GCC call
+  /// it out of line (exact_fit 10-18 % slower).
+  [[gnu::always_inline]] void add(piece_vector& pieces, std::size_t position, std::uint32_t length) noexcept {
     const std::uint32_t sample = std::exchange(pieces[cursor_[length]++].begin, 0);
     piece& slot = pieces[position];
     slot.sample = sample;
