@@ -266,7 +266,7 @@ class device_batch {
       rank_ = other.rank_;
       ready_ = other.ready_;
       waited_on_ = std::exchange(other.waited_on_, std::nullopt);
-      host_ = std::exchange(other.host_, std::nullopt);
+      host_ = std::move(other.host_);
     }
     return *this;
   }
@@ -282,7 +282,7 @@ class device_batch {
   [[nodiscard]] std::uint64_t step() const noexcept { return step_; }
   [[nodiscard]] std::uint32_t rank() const noexcept { return rank_; }
   [[nodiscard]] bool on_device() const noexcept { return ring_ != nullptr; }
-  [[nodiscard]] explicit operator bool() const noexcept { return ring_ != nullptr || host_.has_value(); }
+  [[nodiscard]] explicit operator bool() const noexcept { return ring_ != nullptr || static_cast<bool>(host_); }
 
   /// The event recorded after the batch's copy: for a consumer that orders its streams itself.
   [[nodiscard]] cudaEvent_t ready_event() const noexcept { return ready_; }
@@ -302,7 +302,7 @@ class device_batch {
   /// back all the same, and the loader reports the error at its reuse). Idempotent.
   void release(stream_ref consumer) {
     if (ring_ == nullptr) {
-      host_.reset();
+      host_.release();
       return;
     }
     const auto ring = std::exchange(ring_, nullptr);
@@ -316,7 +316,7 @@ class device_batch {
   void release() noexcept {
     if (ring_ != nullptr) static_cast<void>(std::exchange(ring_, nullptr)->give_back(slot_, waited_on_));
     waited_on_.reset();
-    host_.reset();
+    host_.release();
   }
 
  private:
@@ -346,7 +346,7 @@ class device_batch {
   std::uint32_t rank_ = 0;
   cudaEvent_t ready_ = nullptr;
   std::optional<cudaStream_t> waited_on_;
-  std::optional<host_lease> host_;  // the host fallback's batch
+  host_lease host_;  // the host fallback's batch (empty: none)
 };
 
 template <token_dataset D, batch_token T>
