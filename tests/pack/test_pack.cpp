@@ -496,11 +496,17 @@ TEST_CASE("packing into an earlier packing's memory: epoch after epoch, and on a
     CHECK(last.report == fresh.report);
     CHECK(last.rows.pieces().data() == block);
   }
-  // A throw (an overlong sample under policy error) leaves the storage with no rows.
+  // Refused input (an overlong sample under policy error, bad options) loses nothing: the
+  // storage keeps its rows and report.
+  const packing before = last;
   options.overlong = overlong_policy::error;
   options.capacity = 128;  // under Alpaca's longest sample
   CHECK_THROWS_AS((void)pack(alpaca, options, std::move(last)), sample_error);
-  CHECK(last.rows.empty());  // NOLINT(bugprone-use-after-move)
+  CHECK(last.rows == before.rows);  // NOLINT(bugprone-use-after-move)
+  CHECK(last.report == before.report);
+  options.capacity = 0;
+  CHECK_THROWS_AS((void)pack(alpaca, options, std::move(last)), option_error);
+  CHECK(last.rows == before.rows);
   // Any range of lengths takes a storage too.
   const std::vector<int> small{3, 900, 20, 500};
   const pack_options plain{1024};

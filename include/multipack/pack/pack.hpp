@@ -38,13 +38,12 @@ struct packing {
 /// were wherever those blocks are large enough. Memory a process keeps costs no page faults,
 /// while a fresh block costs one a page, and more on a virtual machine whose host took back
 /// the pages freed since (a trainer packing every epoch: the last epoch's memory). A block
-/// that is too small is freed before its replacement is allocated. `storage` is left with no
-/// rows, also on a throw. Throws what pack(lengths, options) throws. Cost: pack's, less the
-/// first touch of the blocks reused.
+/// that is too small is freed before its replacement is allocated. `storage` keeps its rows
+/// when the options, the sample count or a sample are refused (option_error, sample_error);
+/// once packing starts it is left with no rows, also on a throw (std::bad_alloc). Throws what
+/// pack(lengths, options) throws. Cost: pack's, less the first touch of the blocks reused.
 [[nodiscard]] inline packing pack(std::span<const std::uint32_t> lengths, const pack_options& options,
                                   packing&& storage) {
-  detail::packed_rows_blocks blocks = detail::packed_rows_blocks::take(storage.rows);
-  storage.report = {};
   validate(options);
   if (lengths.size() >= detail::no_slot)
     throw option_error("pack: " + std::to_string(lengths.size()) +
@@ -55,6 +54,9 @@ struct packing {
   const bool shuffled = options.algorithm == packing_algorithm::randomized_exact_fit;
   const detail::sample_order order(lengths.size(), options, shuffled, ~epoch_seed(options.seed, options.epoch));
   detail::item_histogram histogram = detail::classify(lengths, options, order, result.report);
+  // Everything refused is refused by now: from here on the storage's blocks are this packing's.
+  detail::packed_rows_blocks blocks = detail::packed_rows_blocks::take(storage.rows);
+  storage.report = {};
   // Sized once, every field then written by the packer: no zeros written first, neither on
   // fresh pages (zero already) nor on a reused block (the old pieces are overwritten). The
   // zero-filled allocator is this vector's whatever storage's was: a moved-in block keeps the

@@ -39,8 +39,8 @@ struct epoch_plan {
 /// are replaced), so the randomized algorithm repacks every epoch, exactly as
 /// views::pack({..., .seed = s, .epoch = e}) does; the others give the same rows, in a new
 /// order. A pure function of (lengths, packing_options, options). With `storage` (an earlier
-/// plan, left with no rows), the rows are packed into its packing's blocks, as
-/// pack(lengths, options, storage) does: the same plan.
+/// plan), the rows are packed into its packing's blocks, as pack(lengths, options, storage)
+/// does, which takes them (or refuses the input first): the same plan.
 ///
 /// Throws what pack and epoch_schedule throw. Cost: theirs. Thread-safe: shares nothing.
 template <class Lengths>
