@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "multipack/core/random.hpp"
@@ -402,6 +403,87 @@ TEST_CASE("the exact packers fill large inputs in two halves: every sample once,
   // Alpaca's rows stay exactly at the bound in halves, as they are whole.
   const packing alpaca_rows = pack(resampled, pack_options{capacity});
   CHECK(alpaca_rows.report.rows == alpaca_rows.report.lower_bound);
+}
+
+namespace {
+
+/// exact_fit's opening with its rows filled one at a time, never repeated: the reference for
+/// the repeats (detail::row_takes).
+struct one_row_at_a_time : detail::longest_first {
+  static constexpr bool repeats_rows = false;
+};
+
+/// What pack() does for exact_fit, with one_row_at_a_time as the opening.
+packed_rows exact_fit_one_row_at_a_time(const std::vector<std::uint32_t>& lengths, const pack_options& options) {
+  const detail::sample_order order(lengths.size(), options, false, 0);
+  pack_report report;
+  detail::item_histogram histogram = detail::classify(lengths, options, order, report);
+  piece_vector pieces(histogram.items);
+  std::vector<std::uint64_t> offsets{0};
+  detail::slot_assignment slots(pieces, histogram, lengths, options, order);
+  const bool halves = detail::fills_in_halves(histogram, options.capacity);
+  detail::pack_exactly(std::move(histogram.count), halves, options, pieces, offsets, slots,
+                       [](const detail::unplaced_items&, std::uint64_t) { return one_row_at_a_time{}; });
+  slots.finish(pieces);
+  return packed_rows(std::move(pieces), std::move(offsets));
+}
+
+}  // namespace
+
+TEST_CASE("exact fit's repeated rows are exactly the rows filled one at a time") {
+  // A row may not be repeated until a length runs out: here 19 would run out in the fourth
+  // [19 8 8], the longest would fall to 8 within that row and its rest would be chosen
+  // otherwise ([19 5 5 5]).
+  {
+    std::vector<std::uint32_t> lengths;
+    for (const auto& [length, count] : {std::pair{5U, 13U}, {8U, 15U}, {12U, 8U}, {19U, 12U}})
+      lengths.insert(lengths.end(), count, length);
+    const pack_options options{36};
+    CHECK(pack(lengths, options).rows == exact_fit_one_row_at_a_time(lengths, options));
+  }
+  // Few lengths in small rows, where rows repeat and lengths run out often (20,000 shapes:
+  // letting a repeat run a length out differs here in a few of them).
+  for (std::uint64_t seed = 0; seed < 20'000; ++seed) {
+    splitmix64 rng(seed);
+    const auto capacity = static_cast<std::uint32_t>(8 + rng.below(40));
+    std::vector<std::uint32_t> pool(2 + rng.below(5));
+    for (auto& length : pool) length = static_cast<std::uint32_t>(1 + rng.below(capacity));
+    std::vector<std::uint32_t> lengths(5 + rng.below(60));
+    for (auto& length : lengths) length = pool[rng.below(pool.size())];
+    const pack_options options{capacity, packing_algorithm::exact_fit, overlong_policy::drop,
+                               static_cast<std::uint32_t>(rng.below(4) == 0 ? 2 + rng.below(4) : 0), 0};
+    CAPTURE(seed);
+    CHECK(pack(lengths, options).rows == exact_fit_one_row_at_a_time(lengths, options));
+  }
+  // Generated shapes, with max_per_row and every tolerant policy; then, filled in halves,
+  // Alpaca resampled and many samples near the capacity (rows of one long sample and a
+  // closing pair, the rows that repeat most).
+  for (std::uint64_t seed = 0; seed < 120; ++seed) {
+    const std::uint32_t capacities[] = {1, 7, 64, 512, 4096};
+    const std::uint32_t capacity = capacities[seed % 5];
+    const std::vector<std::uint32_t> lengths = generated_lengths(seed, capacity);
+    for (const overlong_policy policy : tolerant_policies) {
+      const pack_options options{capacity, packing_algorithm::exact_fit, policy,
+                                 static_cast<std::uint32_t>(seed % 3 == 0 ? 3 : 0), 0};
+      CAPTURE(seed);
+      CAPTURE(to_string(policy));
+      CHECK(pack(lengths, options).rows == exact_fit_one_row_at_a_time(lengths, options));
+    }
+  }
+  const std::vector<std::uint32_t> alpaca = alpaca_lengths();
+  splitmix64 rng(29);
+  const std::uint32_t capacity = 2048;
+  std::vector<std::uint32_t> resampled(1'100'000);
+  std::vector<std::uint32_t> near_capacity(1'100'000);
+  for (auto& length : resampled) length = alpaca[rng.below(alpaca.size())];
+  for (auto& length : near_capacity)
+    length = static_cast<std::uint32_t>(rng.below(5) < 2 ? capacity / 2 + rng.below(capacity / 2 + 1) : 1 + rng.below(400));
+  for (const std::vector<std::uint32_t>* lengths : {&resampled, &near_capacity}) {
+    const pack_options options{capacity};
+    const packing result = pack(*lengths, options);
+    CHECK(result.report.pieces >= detail::min_halved_items);  // filled in halves
+    CHECK(result.rows == exact_fit_one_row_at_a_time(*lengths, options));
+  }
 }
 
 TEST_CASE("threads: an overlong sample under policy error is the lowest one, whichever part holds it") {

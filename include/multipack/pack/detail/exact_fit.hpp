@@ -9,6 +9,8 @@
 //    (k * shortest <= gap <= k * longest for some k), and the closing is tried again.
 // Gaps shorter than the shortest item are what best-fit decreasing wastes; closing them
 // exactly is what brings the row count to the lower bound on real length distributions.
+// exact_fit takes a row again, without searching, as long as its choices cannot change
+// (row_takes): most of its rows are such repeats.
 
 #include <algorithm>
 #include <cassert>
@@ -69,6 +71,8 @@ struct unplaced_items {
 struct longest_first {
   /// open() never opens a row: runs of the longest length can be taken in one step.
   static constexpr bool opens_rows = false;
+  /// A row's choices depend on the set of lengths alone (row_takes): rows can be repeated.
+  static constexpr bool repeats_rows = true;
   std::uint32_t open(const unplaced_items&) noexcept { return 0; }
   std::uint32_t pair_start(std::uint32_t, std::uint32_t high) noexcept { return high; }
 };
@@ -79,6 +83,7 @@ struct longest_first {
 class random_first {
  public:
   static constexpr bool opens_rows = true;
+  static constexpr bool repeats_rows = false;  // each row draws its own items
   random_first(const unplaced_items& items, std::uint64_t seed)
       : sampler_(items.count, mix64(seed ^ 0x5851f42d4c957f2dULL)), rng_(seed) {}
   std::uint32_t open(const unplaced_items& items) { return sampler_.draw(items.count, items.left); }
@@ -89,6 +94,61 @@ class random_first {
  private:
   length_sampler sampler_;
   splitmix64 rng_;
+};
+
+/// The takes of the row just filled, in order, so that exact_fit can repeat the row. With the
+/// longest-first opening a row's choices depend only on the set of unplaced lengths (and so
+/// the shortest and the longest) and on counts it compares with what the row itself takes
+/// (a run of the longest, limited by its count; a pair of equal lengths, which needs two): so
+/// while no length of the row runs out, not even within its last repeat, the next row makes
+/// the same choices. (Running out within the last repeat would change the longest or the
+/// shortest halfway through it.) Near the capacity, rows of one long item and a closing pair
+/// repeat for thousands of rows; repeating them skips the pair search and reads each length's
+/// bucket in one stream.
+class row_takes {
+ public:
+  /// For rows of up to `capacity` tokens. O(capacity) memory; throws std::bad_alloc.
+  explicit row_takes(std::uint32_t capacity) : of_length_(std::size_t{capacity} + 1, 0) { takes_.reserve(64); }
+
+  void clear() noexcept { takes_.clear(); }
+  /// Records a take of `n` items of `length`. Throws std::bad_alloc (a row's first takes past
+  /// 64 allocate, once a fill).
+  void add(std::uint32_t length, std::uint32_t n) { takes_.emplace_back(length, n); }
+
+  /// How many more times the row can be taken with the same choices: while each of its
+  /// lengths keeps an item after the last repeat, and each repeat starts with more than
+  /// `reserve` items left, as a row of the fill does. O(takes).
+  [[nodiscard]] std::uint64_t repeats(const unplaced_items& items, std::uint64_t reserve) noexcept {
+    if (takes_.empty() || items.left <= reserve) return 0;
+    for (const auto& [length, n] : takes_)
+      if (items.count[length] == 0) return 0;  // the usual case of a row not repeated
+    std::uint64_t in_row = 0;
+    for (const auto& [length, n] : takes_) {
+      in_row += n;
+      of_length_[length] += n;  // a length may be taken more than once in a row
+    }
+    std::uint64_t repeats = (items.left - reserve - 1) / in_row + 1;
+    for (const auto& [length, n] : takes_)
+      repeats = std::min(repeats, (items.count[length] - std::uint64_t{1}) / of_length_[length]);
+    for (const auto& [length, n] : takes_) of_length_[length] = 0;
+    return repeats;
+  }
+
+  /// Takes the row `repeats` more times: place(length, n) for each take, in order, then
+  /// end_row() after each row; the items are removed at the end.
+  template <class Place, class EndRow>
+  void repeat(unplaced_items& items, std::uint64_t repeats, const Place& place, const EndRow& end_row) const {
+    if (repeats == 0) return;
+    for (std::uint64_t r = 0; r < repeats; ++r) {
+      for (const auto& [length, n] : takes_) place(length, n);
+      end_row();
+    }
+    for (const auto& [length, n] : takes_) items.remove(length, static_cast<std::uint32_t>(repeats * n));
+  }
+
+ private:
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> takes_;  ///< (length, items), in order
+  std::vector<std::uint32_t> of_length_;  ///< all zero but within repeats()
 };
 
 /// Where a fill records its rows: going up, each row's end, in the offsets themselves; going
@@ -125,19 +185,26 @@ std::size_t fill_rows_exactly(unplaced_items& items, Opening& opening, const pac
   const std::size_t below = down ? 1 : 0;
   const std::size_t above = 1 - below;
 
+  // Lays out `n` items of `length` from `position`.
+  auto place = [&](std::uint32_t length, std::uint32_t n) {
+    for (std::uint32_t k = 0; k < n; ++k) {
+      const std::size_t at = position - below;
+      slots.add(pieces, at, length);
+      position = at + above;
+    }
+  };
+  row_takes row(Opening::repeats_rows ? capacity : 0);
   while (items.left > reserve) {
     std::uint32_t gap = capacity;
     std::uint32_t in_row = 0;
+    row.clear();
     // Places `n` items of `length` in the row.
     auto take = [&](std::uint32_t length, std::uint32_t n = 1) {
-      for (std::uint32_t k = 0; k < n; ++k) {
-        const std::size_t at = position - below;
-        slots.add(pieces, at, length);
-        position = at + above;
-      }
+      place(length, n);
       items.remove(length, n);
       gap -= n * length;
       in_row += n;
+      if constexpr (Opening::repeats_rows) row.add(length, n);
     };
     // Two items a >= b with a + b == gap, a searched downwards from `from` then from `high`.
     auto close_with_pair = [&](std::uint32_t shortest, std::uint32_t longest) {
@@ -165,12 +232,9 @@ std::size_t fill_rows_exactly(unplaced_items& items, Opening& opening, const pac
     // below from being taken and sent every gap to a pair search that could not succeed
     // (long-tailed lengths at 4,096: 4,086-4,095 tokens left beside items of 11 and up,
     // 6.9 M failed searches for 1.3 M rows, half the time).
-    if (items.longest + items.shortest > capacity) {
-      take(items.longest);
-      bounds.add(down, position);
-      continue;
-    }
-    while (gap != 0 && items.left != 0 && in_row < per_row_limit) {
+    const bool alone = items.longest + items.shortest > capacity;
+    if (alone) take(items.longest);
+    while (!alone && gap != 0 && items.left != 0 && in_row < per_row_limit) {
       // One item closes the row exactly. The set of lengths, not the counts: at 65,536 tokens
       // a row the counts (256 KB) miss the L1 cache at a random gap, the set (8 KB) does not.
       if (present.contains(gap)) {
@@ -213,6 +277,9 @@ std::size_t fill_rows_exactly(unplaced_items& items, Opening& opening, const pac
       take(keeps_gap_fillable != length_set::none ? keeps_gap_fillable : fits);
     }
     bounds.add(down, position);
+    if constexpr (Opening::repeats_rows) {
+      row.repeat(items, row.repeats(items, reserve), place, [&] { bounds.add(down, position); });
+    }
   }
   return position;
 }
