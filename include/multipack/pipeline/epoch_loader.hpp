@@ -65,30 +65,39 @@ using epoch_planner = std::function<std::shared_ptr<const epoch_plan>(std::uint6
 
 namespace detail {
 
-/// The plan a planner of plan_each_epoch packs its next epoch into: a plan it made comes back
-/// here when its last holder lets it go (the epoch loader: once the plan's last step is
-/// built), and the next call takes it. Keeps one plan at most. Thread-safe.
+/// The plans a planner of plan_each_epoch packs its next epochs into: a plan it made comes
+/// back here when its last holder lets it go (the epoch loader: once the plan's last step is
+/// built), and the next call takes the one that came back first. Keeps two plans at most: an
+/// epoch loader holds two, and when its planning thread is slow to wake both can come back
+/// before the next call (keeping one, the second was freed and the fourth epoch allocated
+/// anew). Thread-safe.
 class plan_recycler {
  public:
-  /// Keeps `plan` for the next call, or frees it when one is kept already. O(1), or the
+  /// Keeps `plan` for a later call, or frees it when two are kept already. O(1), or the
   /// plan's freeing.
   void give_back(std::unique_ptr<epoch_plan> plan) noexcept {
     {
       const std::lock_guard lock(mutex_);
-      if (!kept_) kept_ = std::move(plan);
+      for (std::unique_ptr<epoch_plan>& kept : kept_)
+        if (!kept) {
+          kept = std::move(plan);
+          break;
+        }
     }
     // A plan not kept is freed here, outside the lock.
   }
 
-  /// The plan kept, or null. O(1).
+  /// The plan kept longest, or null. O(1).
   [[nodiscard]] std::unique_ptr<epoch_plan> take() noexcept {
     const std::lock_guard lock(mutex_);
-    return std::move(kept_);
+    std::unique_ptr<epoch_plan> first = std::move(kept_[0]);
+    kept_[0] = std::move(kept_[1]);
+    return first;
   }
 
  private:
   std::mutex mutex_;
-  std::unique_ptr<epoch_plan> kept_;
+  std::unique_ptr<epoch_plan> kept_[2];  // the first back first; kept_[1] only with kept_[0]
 };
 
 /// The deleter of plan_each_epoch's plans: to the recycler while the planner lives.
@@ -109,7 +118,7 @@ struct give_back_to_recycler {
 /// last holder lets it go, and the next call packs into that plan's memory (plan_epoch's
 /// storage): an epoch loader's third epoch is packed into the first one's blocks, the fourth
 /// into the second's, so no epoch after the second faults its packing's pages in. The planner
-/// keeps one such plan at most, until it is destroyed. Cost: a copy of the lengths.
+/// keeps two such plans at most, until it is destroyed. Cost: a copy of the lengths.
 /// Thread-safe: calls may run at once (each packs into a plan of its own).
 template <std::ranges::input_range Lengths>
 [[nodiscard]] epoch_planner plan_each_epoch(const Lengths& lengths, const pack_options& packing,
