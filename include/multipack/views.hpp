@@ -267,9 +267,7 @@ class shard_view : public std::ranges::view_interface<shard_view<Rows>> {
   /// epoch_schedule throws. Cost: the schedule's (8 bytes a row, 4 a slot); the rows are not
   /// copied.
   shard_view(Rows rows, const schedule_options& options, std::uint32_t rank) {
-    if (rank >= options.world_size)
-      throw option_error("views::shard: rank " + std::to_string(rank) + " is outside the world of " +
-                         std::to_string(options.world_size) + " ranks");
+    detail::check_rank_in_world(rank, options.world_size, "views::shard");
     if constexpr (detail::packing_options_finder<Rows>::found) {
       const pack_options packing = detail::packing_options_finder<Rows>::get(rows);
       if (packing.algorithm == packing_algorithm::randomized_exact_fit &&

@@ -133,9 +133,7 @@ namespace detail {
 /// a piece of the plan is outside `dataset`. O(pieces).
 template <token_dataset D>
 void check_plan(const D& dataset, const epoch_plan& plan, std::uint32_t rank, const std::string& who) {
-  if (rank >= plan.schedule.world_size())
-    throw option_error(who + ": rank " + std::to_string(rank) + " is outside the world of " +
-                       std::to_string(plan.schedule.world_size()) + " ranks");
+  check_rank_in_world(rank, plan.schedule.world_size(), who);
   const std::size_t samples = dataset.size();
   for (const piece& p : plan.packed.rows.pieces())
     if (p.sample >= samples || p.end > dataset.length(p.sample))

@@ -92,9 +92,7 @@ class epoch_schedule {
       throw option_error("epoch_schedule: step " + std::to_string(step) + " is past the end of the epoch (" +
                          std::to_string(steps_) + " steps, numbered from 0)");
     const std::uint32_t rank = detail::rank_argument(given_rank, options_.world_size, "epoch_schedule");
-    if (rank >= options_.world_size)
-      throw option_error("epoch_schedule: rank " + std::to_string(rank) + " is outside the world of " +
-                         std::to_string(options_.world_size) + " ranks");
+    detail::check_rank_in_world(rank, options_.world_size, "epoch_schedule");
     const std::uint64_t batch = options_.micro_batch;
     return std::span<const std::uint32_t>(slots_).subspan((step * options_.world_size + rank) * batch, batch);
   }

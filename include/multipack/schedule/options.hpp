@@ -55,15 +55,25 @@ struct schedule_options {
 
 namespace detail {
 
+/// Throws option_error "<who>: rank R is outside the world of W ranks", R as the caller gave
+/// it (-1, not 4294967295): the one message for a rank outside the world. O(1).
+[[noreturn]] inline void throw_rank_outside_world(std::string_view who, const std::string& rank, std::uint32_t world_size) {
+  throw option_error(std::string(who) + ": rank " + rank + " is outside the world of " + std::to_string(world_size) +
+                     " ranks");
+}
+
+/// Throws that option_error when rank >= world_size. O(1).
+inline void check_rank_in_world(std::uint32_t rank, std::uint32_t world_size, std::string_view who) {
+  if (rank >= world_size) throw_rank_outside_world(who, std::to_string(rank), world_size);
+}
+
 /// A rank given as any integer type but bool and the character types (plain_integral: a bool
 /// such as is_main would otherwise pass as rank 1), as the schedule keeps it. Throws
 /// option_error naming `who` and the rank as given (-1, not 4294967295) when no uint32 holds
 /// it; whether it is inside the world is the caller's check. O(1).
 template <plain_integral Rank>
 [[nodiscard]] std::uint32_t rank_argument(Rank rank, std::uint32_t world_size, const char* who) {
-  if (!std::in_range<std::uint32_t>(rank))
-    throw option_error(std::string(who) + ": rank " + std::to_string(rank) + " is outside the world of " +
-                       std::to_string(world_size) + " ranks");
+  if (!std::in_range<std::uint32_t>(rank)) throw_rank_outside_world(who, std::to_string(rank), world_size);
   return static_cast<std::uint32_t>(rank);
 }
 
