@@ -97,7 +97,8 @@ def read_prompt_lengths(path: Union[str, os.PathLike]) -> np.ndarray:
 
 class _Epochs:
     """What the sampler and the loader share: the options of the plan, one plan an epoch (made
-    when first needed, in C++ without the GIL), and the position for resuming."""
+    when first needed, in C++ without the GIL; packed into the memory of a plan let go before,
+    once nothing holds it, as the C++ plan_each_epoch does), and the position for resuming."""
 
     def __init__(self, lengths, capacity, micro_batch, world_size, rank, seed, epoch, algorithm, overlong,
                  max_per_row, remainder, balance, pack_threads):
@@ -122,6 +123,9 @@ class _Epochs:
         self._lengths = lengths
         self._plan = None
         self._plan_key = None
+        # The plans this object let go, once nothing else holds them (a loader of an earlier
+        # epoch may): each later epoch is packed into one, not into fresh memory.
+        self._recycler = _multipack.PlanRecycler()
         self._start_step = 0      # the step the next iteration starts at
         self._consumed_rows = 0   # rows of this epoch before the plan's step 0 (a run of another shape's)
         self._next_step = 0       # the step after the last one handed out
@@ -131,10 +135,11 @@ class _Epochs:
         """This epoch's plan (the same on every rank)."""
         key = (self.epoch, self._consumed_rows)
         if self._plan_key != key:
+            self._plan = self._plan_key = None  # let go first, to be packed into
             self._plan = _multipack.Plan(self._lengths, self.capacity, self.algorithm, self.overlong,
                                          self.max_per_row, self.world_size, self.micro_batch, self.seed,
                                          self.epoch, self.remainder, self.balance, self._consumed_rows,
-                                         self.pack_threads)
+                                         self.pack_threads, self._recycler)
             self._plan_key = key
         return self._plan
 

@@ -168,6 +168,11 @@ struct packing_result {
   packing result;
 };
 
+/// The plans a sampler or loader let go, for its next epochs' plans to be packed into.
+struct plan_recycler_handle {
+  std::shared_ptr<detail::plan_recycler> recycler = std::make_shared<detail::plan_recycler>();
+};
+
 /// One epoch's plan, shared with the loaders made from it.
 struct plan_handle {
   std::shared_ptr<const epoch_plan> plan;
@@ -421,11 +426,16 @@ PYBIND11_MODULE(_multipack, m) {
       py::arg("lengths"), py::arg("capacity"), py::arg("algorithm"), py::arg("overlong"), py::arg("seed"),
       py::arg("epoch"), py::arg("max_per_row"), py::arg("threads"));
 
+  py::class_<plan_recycler_handle>(m, "PlanRecycler")
+      .def(py::init<>())
+      .def_property_readonly("reused", [](const plan_recycler_handle& r) { return r.recycler->reused(); });
+
   py::class_<plan_handle>(m, "Plan")
       .def(py::init([](const py::handle& lengths, std::uint32_t capacity, const std::string& algorithm,
                        const std::string& overlong, std::uint32_t max_per_row, std::uint32_t world_size,
                        std::uint32_t micro_batch, std::uint64_t seed, std::uint64_t epoch, const std::string& remainder,
-                       bool balance, std::uint64_t consumed_rows, std::uint32_t pack_threads) {
+                       bool balance, std::uint64_t consumed_rows, std::uint32_t pack_threads,
+                       const plan_recycler_handle* recycler) {
              const lengths_argument values(lengths, "Plan");
              const pack_options packing =
                  packing_options(capacity, algorithm, overlong, seed, epoch, max_per_row, pack_threads);
@@ -438,12 +448,17 @@ PYBIND11_MODULE(_multipack, m) {
              schedule.balance = balance;
              schedule.consumed_rows = consumed_rows;
              py::gil_scoped_release unlocked;
+             // With a recycler: packed into a plan let go before, when one came back.
+             if (recycler != nullptr)
+               return plan_handle{values.visit([&](auto span) {
+                 return detail::plan_epoch_recycling(recycler->recycler, span, packing, schedule);
+               })};
              return plan_handle{std::make_shared<const epoch_plan>(
                  values.visit([&](auto span) { return plan_epoch(span, packing, schedule); }))};
            }),
            py::arg("lengths"), py::arg("capacity"), py::arg("algorithm"), py::arg("overlong"), py::arg("max_per_row"),
            py::arg("world_size"), py::arg("micro_batch"), py::arg("seed"), py::arg("epoch"), py::arg("remainder"),
-           py::arg("balance"), py::arg("consumed_rows"), py::arg("pack_threads"))
+           py::arg("balance"), py::arg("consumed_rows"), py::arg("pack_threads"), py::arg("recycler") = nullptr)
       .def_property_readonly("steps", &plan_handle::steps)
       .def("indices", &plan_handle::indices, py::arg("step"), py::arg("rank"))
       .def("consumed_rows_after", [](const plan_handle& p, std::uint64_t steps) {

@@ -209,3 +209,19 @@ def test_a_worker_error_arrives_as_a_python_exception(prefix, tmp_path):
     assert isinstance(caught.value, OSError)
     with pytest.raises(multipack.FileError):  # and at every later call
         next(it)
+
+
+def test_later_epochs_are_packed_into_the_memory_of_a_plan_let_go(prefix):
+    """An epoch's workers let its plan go at the epoch's end, and the next epoch's plan is packed
+    into its memory: the same batches as a fresh loader's."""
+    options = dict(capacity=2048, micro_batch=2, world_size=1, rank=0, algorithm="randomized-exact-fit")
+    loader = multipack.Loader(prefix, **options)
+    for epoch in range(4):
+        loader.set_epoch(epoch)
+        got = [b["input_ids"].copy() for b in loader]
+        with multipack.Loader(prefix, epoch=epoch, **options) as fresh:
+            expected = [b["input_ids"].copy() for b in fresh]
+        assert len(got) == len(expected)
+        assert all(np.array_equal(a, b) for a, b in zip(got, expected))
+    assert loader._recycler.reused == 3, "epochs 1, 2 and 3 in the memory of the one before"
+    loader.close()

@@ -187,3 +187,20 @@ def test_restarts_chained_across_world_sizes_train_on_every_sample_once(lengths)
             state = samplers[0].state_dict()
             assert all(s.state_dict() == state for s in samplers)
     assert sorted(trained) == list(np.flatnonzero(lengths)), "a sample is missing or repeated"
+
+
+def test_later_epochs_are_packed_into_the_memory_of_the_plan_let_go(lengths):
+    """Each epoch's plan goes back to the sampler when the next is made, and the next is packed
+    into its memory: the same steps as a fresh sampler's. A plan still held is left alone."""
+    options = dict(world_size=1, rank=0, algorithm="randomized-exact-fit")
+    sampler = multipack.BatchSampler(lengths, 2048, 8, **options)
+    for epoch in range(4):
+        sampler.set_epoch(epoch)
+        assert list(sampler) == list(multipack.BatchSampler(lengths, 2048, 8, epoch=epoch, **options))
+    assert sampler._recycler.reused == 3, "epochs 1, 2 and 3 in the memory of the one before"
+    held = sampler.plan()
+    steps = [held.indices(step, 0) for step in range(held.steps)]
+    sampler.set_epoch(4)
+    assert list(sampler) == list(multipack.BatchSampler(lengths, 2048, 8, epoch=4, **options))
+    assert sampler._recycler.reused == 3, "the plan held was not packed into"
+    assert [held.indices(step, 0) for step in range(held.steps)] == steps

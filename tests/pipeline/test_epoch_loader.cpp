@@ -203,24 +203,6 @@ TEST_CASE("plan_each_epoch packs into the memory of a plan let go: the same plan
   CHECK(third->schedule.steps() > 0);
 }
 
-TEST_CASE("the plans let go are kept two at most, the first let go taken first") {
-  // An epoch loader holds two plans; when its planning thread is slow to wake, both come back
-  // before the next planning, and both must be kept for the next two epochs (a CI run where
-  // the second was freed allocated the fourth epoch anew).
-  detail::plan_recycler recycler;
-  CHECK(recycler.take() == nullptr);
-  std::unique_ptr<epoch_plan> plans[3] = {std::make_unique<epoch_plan>(), std::make_unique<epoch_plan>(),
-                                          std::make_unique<epoch_plan>()};
-  const epoch_plan* const first = plans[0].get();
-  const epoch_plan* const second = plans[1].get();
-  for (std::unique_ptr<epoch_plan>& plan : plans) recycler.give_back(std::move(plan));  // the third is freed
-  CHECK(recycler.take().get() == first);
-  recycler.give_back(std::make_unique<epoch_plan>());
-  CHECK(recycler.take().get() == second);
-  CHECK(recycler.take() != nullptr);
-  CHECK(recycler.take() == nullptr);
-}
-
 TEST_CASE("a loader resumed at (epoch, step) gives exactly the tail of a full run") {
   const auto dataset = alpaca();
   const auto lengths = alpaca_lengths();

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
@@ -398,4 +399,46 @@ TEST_CASE("bad options are clear errors, not empty or wrong schedules") {
                        "no rows"));
   CHECK(parse_remainder_policy("drop") == remainder_policy::drop);
   CHECK(test::contains(test::message_of<option_error>([] { (void)parse_remainder_policy("keep"); }), "pad, drop"));
+}
+
+TEST_CASE("the plans let go are kept two at most, the first let go taken first") {
+  // An epoch loader holds two plans; when its planning thread is slow to wake, both come back
+  // before the next planning, and both must be kept for the next two epochs (a CI run where
+  // the second was freed allocated the fourth epoch anew).
+  detail::plan_recycler recycler;
+  CHECK(recycler.take() == nullptr);
+  std::unique_ptr<epoch_plan> plans[3] = {std::make_unique<epoch_plan>(), std::make_unique<epoch_plan>(),
+                                          std::make_unique<epoch_plan>()};
+  const epoch_plan* const first = plans[0].get();
+  const epoch_plan* const second = plans[1].get();
+  for (std::unique_ptr<epoch_plan>& plan : plans) recycler.give_back(std::move(plan));  // the third is freed
+  CHECK(recycler.take().get() == first);
+  recycler.give_back(std::make_unique<epoch_plan>());
+  CHECK(recycler.take().get() == second);
+  CHECK(recycler.take() != nullptr);
+  CHECK(recycler.take() == nullptr);
+  CHECK(recycler.reused() == 3);
+}
+
+TEST_CASE("plan_epoch_recycling: a plan let go comes back and the next is packed into it, the same plan") {
+  const std::vector<std::uint32_t> lengths = read_length_list(test::source_dir() / "data/alpaca/lengths.txt");
+  const pack_options packing{2048, packing_algorithm::randomized_exact_fit};
+  schedule_options options;
+  options.world_size = 2;
+  options.micro_batch = 4;
+  auto recycler = std::make_shared<detail::plan_recycler>();
+  std::shared_ptr<const epoch_plan> plan = detail::plan_epoch_recycling(recycler, lengths, packing, options);
+  const piece* const block = plan->packed.rows.pieces().data();
+  CHECK(recycler->reused() == 0);
+  plan.reset();  // back to the recycler
+  options.epoch = 1;
+  plan = detail::plan_epoch_recycling(recycler, lengths, packing, options);
+  CHECK(recycler->reused() == 1);
+  CHECK(plan->packed.rows.pieces().data() == block);
+  const epoch_plan fresh = plan_epoch(lengths, packing, options);
+  CHECK(plan->packed.rows == fresh.packed.rows);
+  CHECK(std::ranges::equal(plan->schedule.sequence(), fresh.schedule.sequence()));
+  // A plan outlives its recycler: freed, not given back, once the recycler is gone.
+  recycler.reset();
+  CHECK(plan->schedule.steps() == fresh.schedule.steps());
 }

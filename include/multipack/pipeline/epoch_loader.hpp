@@ -63,54 +63,6 @@ struct epoch_range {
 /// plan for the same epoch (a pure function of the epoch, as plan_epoch is).
 using epoch_planner = std::function<std::shared_ptr<const epoch_plan>(std::uint64_t epoch)>;
 
-namespace detail {
-
-/// The plans a planner of plan_each_epoch packs its next epochs into: a plan it made comes
-/// back here when its last holder lets it go (the epoch loader: once the plan's last step is
-/// built), and the next call takes the one that came back first. Keeps two plans at most: an
-/// epoch loader holds two, and when its planning thread is slow to wake both can come back
-/// before the next call (keeping one, the second was freed and the fourth epoch allocated
-/// anew). Thread-safe.
-class plan_recycler {
- public:
-  /// Keeps `plan` for a later call, or frees it when two are kept already. O(1), or the
-  /// plan's freeing.
-  void give_back(std::unique_ptr<epoch_plan> plan) noexcept {
-    {
-      const std::lock_guard lock(mutex_);
-      for (std::unique_ptr<epoch_plan>& kept : kept_)
-        if (!kept) {
-          kept = std::move(plan);
-          break;
-        }
-    }
-    // A plan not kept is freed here, outside the lock.
-  }
-
-  /// The plan kept longest, or null. O(1).
-  [[nodiscard]] std::unique_ptr<epoch_plan> take() noexcept {
-    const std::lock_guard lock(mutex_);
-    std::unique_ptr<epoch_plan> first = std::move(kept_[0]);
-    kept_[0] = std::move(kept_[1]);
-    return first;
-  }
-
- private:
-  std::mutex mutex_;
-  std::unique_ptr<epoch_plan> kept_[2];  // the first back first; kept_[1] only with kept_[0]
-};
-
-/// The deleter of plan_each_epoch's plans: to the recycler while the planner lives.
-struct give_back_to_recycler {
-  std::weak_ptr<plan_recycler> recycler;
-  void operator()(epoch_plan* plan) const noexcept {
-    std::unique_ptr<epoch_plan> owned(plan);
-    if (const std::shared_ptr<plan_recycler> r = recycler.lock()) r->give_back(std::move(owned));
-  }
-};
-
-}  // namespace detail
-
 /// The planner of plan_epoch(lengths, packing, schedule with epoch e) for every epoch e:
 /// `schedule.consumed_rows` (a restart with another world size) applies to epoch
 /// `schedule.epoch` only, every other epoch starts fresh. The lengths are copied once and
@@ -130,11 +82,7 @@ template <std::ranges::input_range Lengths>
     schedule_options options = schedule;
     options.epoch = epoch;
     if (epoch != schedule.epoch) options.consumed_rows = 0;
-    std::unique_ptr<epoch_plan> plan = recycler->take();
-    if (!plan) plan = std::make_unique<epoch_plan>();
-    *plan = plan_epoch(*shared, packing, options, std::move(*plan));
-    // On a throw (the control block), the deleter runs: the plan goes back to the recycler.
-    return std::shared_ptr<epoch_plan>(plan.release(), detail::give_back_to_recycler{recycler});
+    return detail::plan_epoch_recycling(recycler, *shared, packing, options);
   };
 }
 
