@@ -421,6 +421,8 @@ class slot_assignment {
   }
 
  private:
+  static constexpr std::size_t bucket_prefetch_distance = 16;
+
   /// Writes samples [begin, end) into their buckets at `cursor`; returns how many of their
   /// pieces do not start their sample (split only). Locals only in the loop, as classify_run.
   std::uint64_t bucket_run(piece_vector& pieces, std::span<const std::uint32_t> lengths, std::size_t begin,
@@ -432,6 +434,12 @@ class slot_assignment {
     for (std::size_t i = begin; i < end; ++i) {
       const std::uint32_t length = lengths[i];
       const auto sample = static_cast<std::uint32_t>(i);
+      // The entry a sample 16 on will write, fetched for writing now: a bucket a length, so
+      // thousands of write streams, more than the hardware prefetchers follow, and each new
+      // line of a bucket a miss the loop waited on. (Its cursor may move by then: the same
+      // line or the next.) At most one past the last piece: a bucket's end.
+      if (i + bucket_prefetch_distance < end)
+        __builtin_prefetch(&out[cursor[std::min(lengths[i + bucket_prefetch_distance], capacity)]], 1);
       if (length <= capacity) {
         if (length != 0) out[cursor[length]++].begin = sample;
         continue;
