@@ -114,8 +114,9 @@ struct give_back_to_recycler {
 
 /// plan_epoch(lengths, packing, options) packed into a plan `recycler` kept (or fresh memory),
 /// shared with a deleter that gives it back to `recycler` once its last holder lets it go,
-/// while the recycler lives (plan_each_epoch; Python's plans). Throws what plan_epoch throws;
-/// the recycled plan then goes back. Cost: plan_epoch's, less the first touch of what it reuses.
+/// while the recycler lives (plan_each_epoch; Python's plans). Throws what plan_epoch throws
+/// (the plan it took is then freed, not given back). Cost: plan_epoch's, less the first touch
+/// of what it reuses.
 template <class Lengths>
 [[nodiscard]] std::shared_ptr<const epoch_plan> plan_epoch_recycling(const std::shared_ptr<plan_recycler>& recycler,
                                                                      Lengths&& lengths, const pack_options& packing,
