@@ -486,6 +486,72 @@ TEST_CASE("exact fit's repeated rows are exactly the rows filled one at a time")
   }
 }
 
+namespace {
+
+/// What pack() does for randomized_exact_fit, with the samples handed out as `timing` says.
+packed_rows randomized_exact_fit_handing_out(const std::vector<std::uint32_t>& lengths, const pack_options& options,
+                                             detail::slot_assignment::hand_out timing) {
+  const detail::sample_order order(lengths.size(), options, true, ~epoch_seed(options.seed, options.epoch));
+  pack_report report;
+  detail::item_histogram histogram = detail::classify(lengths, options, order, report);
+  piece_vector pieces(histogram.items);
+  std::vector<std::uint64_t> offsets{0};
+  detail::slot_assignment slots(pieces, histogram, lengths, options, order, timing);
+  const bool halves = detail::fills_in_halves(histogram, options.capacity);
+  const std::uint64_t seed = epoch_seed(options.seed, options.epoch);
+  detail::pack_exactly(std::move(histogram.count), halves, options, pieces, offsets, slots,
+                       [seed](const detail::unplaced_items& items, std::uint64_t fill) {
+                         return detail::random_first(items, fill == 0 ? seed : detail::mix64(seed + fill));
+                       });
+  slots.finish(pieces);
+  return packed_rows(std::move(pieces), std::move(offsets));
+}
+
+}  // namespace
+
+TEST_CASE("randomized exact fit hands out the same samples at add and gathered, as pack chooses") {
+  using hand_out = detail::slot_assignment::hand_out;
+  const std::vector<std::uint32_t> alpaca = alpaca_lengths();
+  splitmix64 rng(31);
+  std::vector<std::uint32_t> resampled(1'100'000);
+  std::vector<std::uint32_t> long_tail(1'100'000);
+  for (auto& length : resampled) length = alpaca[rng.below(alpaca.size())];
+  for (auto& length : long_tail)
+    length = static_cast<std::uint32_t>(rng.below(5) == 0 ? 1 + rng.below(20'000) : 1 + rng.below(400));
+  struct shape {
+    const std::vector<std::uint32_t>* lengths;
+    std::uint32_t capacity;
+    hand_out chosen;  // what hand_out_for gives: both kinds are covered
+  };
+  const std::vector<std::uint32_t> small_alpaca(alpaca.begin(), alpaca.begin() + 3000);
+  const shape shapes[] = {{&small_alpaca, 2048, hand_out::at_add}, {&small_alpaca, 16384, hand_out::gathered},
+                          {&resampled, 2048, hand_out::at_add},    {&resampled, 65536, hand_out::gathered},
+                          {&long_tail, 4096, hand_out::gathered}};
+  for (const shape& s : shapes)
+    for (const std::uint32_t threads : {1U, 2U}) {
+      CAPTURE(s.lengths->size());
+      CAPTURE(s.capacity);
+      CAPTURE(threads);
+      pack_options options{s.capacity, packing_algorithm::randomized_exact_fit, overlong_policy::truncate, 0, 5};
+      options.epoch = 2;
+      options.threads = threads;
+      const packing result = pack(*s.lengths, options);
+      if (threads == 1) test::check_packing(*s.lengths, options, result);  // two threads: the same rows, below
+      const detail::sample_order order(s.lengths->size(), options, true, 0);
+      pack_report report;
+      const detail::item_histogram histogram = detail::classify(*s.lengths, options, order, report);
+      CHECK(detail::slot_assignment::hand_out_for(histogram, options) == s.chosen);
+      for (const hand_out timing : {hand_out::at_add, hand_out::gathered})
+        CHECK(randomized_exact_fit_handing_out(*s.lengths, options, timing) == result.rows);
+    }
+  // Split samples are handed out at add(): their pieces' starts need the sample there.
+  pack_options split{65536, packing_algorithm::randomized_exact_fit, overlong_policy::split};
+  const detail::sample_order order(long_tail.size(), split, true, 0);
+  pack_report report;
+  CHECK(detail::slot_assignment::hand_out_for(detail::classify(long_tail, split, order, report), split) ==
+        hand_out::at_add);
+}
+
 TEST_CASE("threads: an overlong sample under policy error is the lowest one, whichever part holds it") {
   std::vector<std::uint32_t> lengths(100'000, 10);
   lengths[99'990] = 50;  // in the last part

@@ -81,7 +81,8 @@ struct packing {
     detail::next_fit(lengths, options, pieces, offsets);
   } else {
     pieces.resize(histogram.items);
-    detail::slot_assignment slots(pieces, histogram, lengths, options, order);
+    detail::slot_assignment slots(pieces, histogram, lengths, options, order,
+                                  detail::slot_assignment::hand_out_for(histogram, options));
     const std::uint32_t shortest = histogram.shortest;
     if (options.algorithm == packing_algorithm::best_fit_decreasing) {
       detail::best_fit_rows rows(options.capacity, options.max_per_row, shortest);

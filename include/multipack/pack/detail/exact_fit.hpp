@@ -73,6 +73,8 @@ struct longest_first {
   static constexpr bool opens_rows = false;
   /// A row's choices depend on the set of lengths alone (row_takes): rows can be repeated.
   static constexpr bool repeats_rows = true;
+  /// Its rows read each length's bucket as a stream: samples are handed out at add().
+  static constexpr bool may_gather = false;
   std::uint32_t open(const unplaced_items&) noexcept { return 0; }
   std::uint32_t pair_start(std::uint32_t, std::uint32_t high) noexcept { return high; }
 };
@@ -84,6 +86,8 @@ class random_first {
  public:
   static constexpr bool opens_rows = true;
   static constexpr bool repeats_rows = false;  // each row draws its own items
+  /// Its rows read the buckets of random lengths: gathered where hand_out_for says so.
+  static constexpr bool may_gather = true;
   random_first(const unplaced_items& items, std::uint64_t seed)
       : sampler_(items.count, mix64(seed ^ 0x5851f42d4c957f2dULL)), rng_(seed) {}
   std::uint32_t open(const unplaced_items& items) { return sampler_.draw(items.count, items.left); }
@@ -189,7 +193,7 @@ std::size_t fill_rows_exactly(unplaced_items& items, Opening& opening, const pac
   auto place = [&](std::uint32_t length, std::uint32_t n) {
     for (std::uint32_t k = 0; k < n; ++k) {
       const std::size_t at = position - below;
-      slots.add(pieces, at, length);
+      slots.add<Opening::may_gather>(pieces, at, length);
       position = at + above;
     }
   };
@@ -323,6 +327,7 @@ struct alignas(128) half_fill {
 /// second the other items, from the last piece down. Each stops at a row's end with at most
 /// 1/64 of its items left; what both left is then filled as one histogram between the two, so
 /// that the last rows, where a thin histogram closes gaps less well, draw on both halves.
+/// Each fill's slots are gathered (slot_assignment::gather) as it ends, by its own thread.
 /// Throws std::bad_alloc; the rows are the same whatever the threads.
 template <class MakeOpening>
 void pack_exactly(std::vector<std::uint32_t> count, bool halves, const pack_options& options, piece_vector& pieces,
@@ -331,7 +336,7 @@ void pack_exactly(std::vector<std::uint32_t> count, bool halves, const pack_opti
     unplaced_items items(std::move(count));
     auto opening = make_opening(items, 0);
     row_bounds bounds{std::move(offsets), {}};
-    fill_rows_exactly(items, opening, options, 0, false, 0, pieces, bounds, slots);
+    slots.gather(pieces, 0, fill_rows_exactly(items, opening, options, 0, false, 0, pieces, bounds, slots));
     offsets = std::move(bounds.ends);
     return;
   }
@@ -352,8 +357,10 @@ void pack_exactly(std::vector<std::uint32_t> count, bool halves, const pack_opti
   const auto fill_half = [&](std::size_t half) noexcept {
     try {
       half_fill<opening_type>& h = half == 0 ? first : second;
+      const std::size_t start = h.position;
       h.position = fill_rows_exactly(h.items, h.opening, options, h.items.left / 64, half == 1, h.position, pieces,
                                      h.bounds, h.slots);
+      h.slots.gather(pieces, std::min(start, h.position), std::max(start, h.position));  // the half's slots
     } catch (...) {  // std::bad_alloc from a row bound
       failure[half] = std::current_exception();
     }
@@ -375,6 +382,7 @@ void pack_exactly(std::vector<std::uint32_t> count, bool halves, const pack_opti
   [[maybe_unused]] const std::size_t rest_end =
       fill_rows_exactly(rest, rest_opening, options, 0, false, first.position, pieces, first.bounds, slots);
   assert(rest_end == second.position);
+  slots.gather(pieces, first.position, second.position);
   offsets = std::move(first.bounds.ends);
   offsets.insert(offsets.end(), second.bounds.starts.rbegin() + 1, second.bounds.starts.rend());
 }
