@@ -428,7 +428,9 @@ PYBIND11_MODULE(_multipack, m) {
 
   py::class_<plan_recycler_handle>(m, "PlanRecycler")
       .def(py::init<>())
-      .def_property_readonly("reused", [](const plan_recycler_handle& r) { return r.recycler->reused(); });
+      .def_property_readonly(
+          "reused", [](const plan_recycler_handle& r) { return r.recycler->reused(); },
+          "Plans packed into the memory of a plan let go before (what the tests and benchmarks count).");
 
   py::class_<plan_handle>(m, "Plan")
       .def(py::init([](const py::handle& lengths, std::uint32_t capacity, const std::string& algorithm,
