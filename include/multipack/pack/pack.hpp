@@ -106,7 +106,7 @@ struct packing {
     slots.finish(pieces);
   }
   result.report.rows = offsets.size() - 1;
-  result.rows = packed_rows(std::move(pieces), std::move(offsets));
+  result.rows = detail::packed_rows_blocks::give(std::move(pieces), std::move(offsets));
   return result;
 }
 
