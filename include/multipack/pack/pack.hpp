@@ -70,9 +70,9 @@ struct packing {
   // peak) where long pieces dominate.
   const std::uint64_t expected_rows = result.report.lower_bound;
   const std::uint64_t offsets_wanted = expected_rows + expected_rows / 64 + 2;
-  std::vector<std::uint64_t> offsets;
+  row_offset_vector offsets;
   if (blocks.offsets.capacity() >= offsets_wanted) offsets = std::move(blocks.offsets);
-  blocks.offsets = std::vector<std::uint64_t>();
+  blocks.offsets = row_offset_vector();
   offsets.assign(1, 0);
   offsets.reserve(offsets_wanted);
 
