@@ -522,17 +522,24 @@ TEST_CASE("randomized exact fit hands out the same samples at add and gathered, 
     const std::vector<std::uint32_t>* lengths;
     std::uint32_t capacity;
     hand_out chosen;  // what hand_out_for gives: both kinds are covered
+    overlong_policy policy;
   };
   const std::vector<std::uint32_t> small_alpaca(alpaca.begin(), alpaca.begin() + 3000);
-  const shape shapes[] = {{&small_alpaca, 2048, hand_out::at_add}, {&small_alpaca, 16384, hand_out::gathered},
-                          {&resampled, 2048, hand_out::at_add},    {&resampled, 65536, hand_out::gathered},
-                          {&long_tail, 4096, hand_out::gathered}};
+  // Split long-tailed samples: the full pieces of a sample must be gathered in the order the
+  // fills added them (each starts a capacity further into its sample).
+  const shape shapes[] = {{&small_alpaca, 2048, hand_out::at_add, overlong_policy::truncate},
+                          {&small_alpaca, 16384, hand_out::gathered, overlong_policy::truncate},
+                          {&resampled, 2048, hand_out::at_add, overlong_policy::truncate},
+                          {&resampled, 65536, hand_out::gathered, overlong_policy::truncate},
+                          {&long_tail, 4096, hand_out::gathered, overlong_policy::truncate},
+                          {&long_tail, 4096, hand_out::gathered, overlong_policy::split}};
   for (const shape& s : shapes)
     for (const std::uint32_t threads : {1U, 2U}) {
       CAPTURE(s.lengths->size());
       CAPTURE(s.capacity);
       CAPTURE(threads);
-      pack_options options{s.capacity, packing_algorithm::randomized_exact_fit, overlong_policy::truncate, 0, 5};
+      CAPTURE(to_string(s.policy));
+      pack_options options{s.capacity, packing_algorithm::randomized_exact_fit, s.policy, 0, 5};
       options.epoch = 2;
       options.threads = threads;
       const packing result = pack(*s.lengths, options);
@@ -543,13 +550,8 @@ TEST_CASE("randomized exact fit hands out the same samples at add and gathered, 
       CHECK(detail::slot_assignment::hand_out_for(histogram, options) == s.chosen);
       for (const hand_out timing : {hand_out::at_add, hand_out::gathered})
         CHECK(randomized_exact_fit_handing_out(*s.lengths, options, timing) == result.rows);
+      if (s.policy == overlong_policy::split) CHECK(result.report.split_samples > 0);
     }
-  // Split samples are handed out at add(): their pieces' starts need the sample there.
-  pack_options split{65536, packing_algorithm::randomized_exact_fit, overlong_policy::split};
-  const detail::sample_order order(long_tail.size(), split, true, 0);
-  pack_report report;
-  CHECK(detail::slot_assignment::hand_out_for(detail::classify(long_tail, split, order, report), split) ==
-        hand_out::at_add);
 }
 
 TEST_CASE("threads: an overlong sample under policy error is the lowest one, whichever part holds it") {

@@ -335,14 +335,13 @@ class slot_assignment {
   /// overlap. 10 M lengths, one thread, best of 5: `long-tail` at 65,536 0.365 to 0.301 s,
   /// `alpaca` at 65,536 0.285 to 0.245 s, `near-capacity` 3-6 %; at 2,048 and 4,096 on
   /// `alpaca` (333 lengths, their buckets' lines stay in the L1 cache) 2-5 % slower, so
-  /// not there. Not with overlong_policy::split, whose add() needs the sample.
+  /// not there.
   enum class hand_out { at_add, gathered };
 
   /// The faster hand_out for this packing, by the measurements above: gathered for
-  /// randomized_exact_fit with over 512 lengths or over 8,192 tokens a row, unless split.
+  /// randomized_exact_fit with over 512 lengths or over 8,192 tokens a row.
   [[nodiscard]] static hand_out hand_out_for(const item_histogram& histogram, const pack_options& options) noexcept {
-    if (options.algorithm != packing_algorithm::randomized_exact_fit || options.overlong == overlong_policy::split)
-      return hand_out::at_add;
+    if (options.algorithm != packing_algorithm::randomized_exact_fit) return hand_out::at_add;
     if (options.capacity > 8192) return hand_out::gathered;
     std::size_t lengths = 0;
     for (const std::uint32_t n : histogram.count) lengths += n != 0 ? 1 : 0;
@@ -351,12 +350,10 @@ class slot_assignment {
 
   /// `pieces` holds exactly the histogram's items, which classify counted over `order`.
   /// Samples of one length are handed out in `order`. Uses the histogram's part counts.
-  /// `timing` gathered requires an overlong policy other than split.
   slot_assignment(piece_vector& pieces, item_histogram& histogram, std::span<const std::uint32_t> lengths,
                   const pack_options& options, const sample_order& order, hand_out timing = hand_out::at_add)
       : cursor_(histogram.count.size()), lengths_(lengths), capacity_(options.capacity),
         split_(options.overlong == overlong_policy::split), gathered_(timing == hand_out::gathered) {
-    assert(!(split_ && gathered_));
     rewind(histogram.count);
     // Each part's cursors: where the part's samples start in every bucket, the bucket's
     // start plus the items of that length in the parts before (one part: cursor_ itself).
@@ -400,21 +397,7 @@ class slot_assignment {
     piece& slot = pieces[position];
     slot.sample = sample;
     slot.end = length;
-    if (!split_) return;
-    // A split sample's full pieces sit side by side in the bucket of `capacity`, so they are
-    // handed out one after another: count them to know where each starts.
-    std::uint32_t begin = 0;
-    if (length == capacity_) {
-      if (sample == last_full_) {
-        begin = ++full_index_ * capacity_;
-      } else {
-        last_full_ = sample;
-        full_index_ = 0;
-      }
-    } else if (lengths_[sample] > capacity_) {
-      begin = lengths_[sample] - length;  // the tail
-    }
-    if (begin != 0) offsets_.push_back({position, begin});
+    if (split_) note_start(position, sample, length);
   }
 
   /// A second hand-out from the same buckets, for filling rows in two halves side by side:
@@ -437,17 +420,24 @@ class slot_assignment {
 
   /// With hand_out::gathered: gives the slots at positions [begin, end), all added, the samples
   /// of the bucket entries they noted, and clears those entries. To be called once for every
-  /// slot, before take_remaining() moves the entries. Safe beside add() and gather() on the
-  /// other half's slot_assignment, as add() is: they write other fields or other entries.
-  /// O(end - begin); a no-op with hand_out::at_add.
-  void gather(piece_vector& pieces, std::size_t begin, std::size_t end) const noexcept {
+  /// slot, in the order of the fills, before take_remaining() moves the entries. Safe beside
+  /// add() and gather() on the other half's slot_assignment, as add() is: they write other
+  /// fields or other entries. O(end - begin); a no-op with hand_out::at_add.
+  void gather(piece_vector& pieces, std::size_t begin, std::size_t end) noexcept {
     if (!gathered_) return;
     piece* const p = pieces.data();
-    for (std::size_t i = begin; i < end; ++i) {
+    const auto gather_one = [&](std::size_t i) {
       // Each entry a line at a random place: fetched 16 slots ahead, so that many misses overlap.
       if (i + gather_prefetch_distance < end) __builtin_prefetch(&p[p[i + gather_prefetch_distance].sample]);
-      p[i].sample = std::exchange(p[p[i].sample].begin, 0);
+      const std::uint32_t sample = std::exchange(p[p[i].sample].begin, 0);
+      p[i].sample = sample;
+      return sample;
+    };
+    if (!split_) {
+      for (std::size_t i = begin; i < end; ++i) gather_one(i);
+      return;
     }
+    for (std::size_t i = begin; i < end; ++i) note_start(i, gather_one(i), p[i].end);
   }
 
   /// Once both halves are done with their rows: this hand-out goes on with what the second
@@ -476,6 +466,26 @@ class slot_assignment {
   }
 
  private:
+  /// Split only: notes where the piece at `position` (`length` tokens of `sample`) starts in its
+  /// sample, for finish(), unless at 0. A split sample's full pieces sit side by side in the
+  /// bucket of `capacity`, so they are handed out one after another: counted here, they must
+  /// be noted in that order (add()'s order, and gather()'s, as the fills that take full pieces
+  /// lay their rows out upwards).
+  void note_start(std::size_t position, std::uint32_t sample, std::uint32_t length) noexcept {
+    std::uint32_t begin = 0;
+    if (length == capacity_) {
+      if (sample == last_full_) {
+        begin = ++full_index_ * capacity_;
+      } else {
+        last_full_ = sample;
+        full_index_ = 0;
+      }
+    } else if (lengths_[sample] > capacity_) {
+      begin = lengths_[sample] - length;  // the tail
+    }
+    if (begin != 0) offsets_.push_back({position, begin});
+  }
+
   static constexpr std::size_t bucket_prefetch_distance = 16;
   static constexpr std::size_t gather_prefetch_distance = 16;
 
