@@ -467,8 +467,12 @@ class slot_assignment {
   void finish(piece_vector& pieces) noexcept {
     for (const auto& [position, begin] : offsets_) {
       piece& p = pieces[position];
-      p.begin = begin;
-      p.end += begin;
+      // A tail starts where its sample's full pieces end: its length read here, in a loop
+      // whose reads overlap, not in the fill, which waited on each (a random place of the
+      // lengths a tail).
+      const std::uint32_t start = begin != tail_start ? begin : lengths_[p.sample] - p.end;
+      p.begin = start;
+      p.end += start;
     }
   }
 
@@ -479,19 +483,20 @@ class slot_assignment {
   /// be noted in that order (add()'s order, and gather()'s, as the fills that take full pieces
   /// lay their rows out upwards).
   void note_start(std::size_t position, std::uint32_t sample, std::uint32_t length) noexcept {
-    std::uint32_t begin = 0;
     if (length == capacity_) {
       if (sample == last_full_) {
-        begin = ++full_index_ * capacity_;
+        offsets_.push_back({position, ++full_index_ * capacity_});
       } else {
         last_full_ = sample;
         full_index_ = 0;
       }
     } else if ((split_bits_[sample >> 6] >> (sample & 63)) & 1) {
-      begin = lengths_[sample] - length;  // the tail
+      offsets_.push_back({position, tail_start});  // finish() reads where
     }
-    if (begin != 0) offsets_.push_back({position, begin});
   }
+
+  /// In offsets_: a tail, whose start finish() computes (no noted piece starts at 0).
+  static constexpr std::uint32_t tail_start = 0;
 
   static constexpr std::size_t bucket_prefetch_distance = 16;
   static constexpr std::size_t gather_prefetch_distance = 16;
