@@ -419,7 +419,7 @@ packed_rows exact_fit_one_row_at_a_time(const std::vector<std::uint32_t>& length
   pack_report report;
   detail::item_histogram histogram = detail::classify(lengths, options, order, report);
   piece_vector pieces(histogram.items);
-  row_offset_vector offsets{0};
+  std::vector<std::uint64_t> offsets{0};
   detail::slot_assignment slots(pieces, histogram, lengths, options, order);
   const bool halves = detail::fills_in_halves(histogram, options.capacity);
   detail::pack_exactly(std::move(histogram.count), halves, options, pieces, offsets, slots,
@@ -495,7 +495,7 @@ packed_rows randomized_exact_fit_handing_out(const std::vector<std::uint32_t>& l
   pack_report report;
   detail::item_histogram histogram = detail::classify(lengths, options, order, report);
   piece_vector pieces(histogram.items);
-  row_offset_vector offsets{0};
+  std::vector<std::uint64_t> offsets{0};
   detail::slot_assignment slots(pieces, histogram, lengths, options, order, timing);
   const bool halves = detail::fills_in_halves(histogram, options.capacity);
   const std::uint64_t seed = epoch_seed(options.seed, options.epoch);
@@ -581,7 +581,7 @@ namespace {
 packing garbage_storage(std::size_t pieces, std::size_t offsets) {
   piece_vector block{detail::huge_page_allocator<piece>(detail::zero_filled)};
   block.assign(pieces, piece{0xA5A5A5A5, 0xA5A5A5A5, 0xA5A5A5A5});
-  row_offset_vector ends(offsets, 0xA5A5A5A5A5A5A5A5);
+  std::vector<std::uint64_t> ends(offsets, 0xA5A5A5A5A5A5A5A5);
   ends.resize(2);  // the capacity keeps the garbage
   ends[0] = 0;
   ends[1] = pieces;

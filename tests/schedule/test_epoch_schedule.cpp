@@ -33,7 +33,7 @@ std::vector<std::uint32_t> alpaca_lengths() {
 /// Rows with one piece each, of the given lengths (samples 0, 1, 2, ...).
 packed_rows rows_of_lengths(const std::vector<std::uint32_t>& lengths) {
   piece_vector pieces;
-  row_offset_vector offsets{0};
+  std::vector<std::uint64_t> offsets{0};
   for (std::uint32_t i = 0; i < lengths.size(); ++i) {
     pieces.push_back({i, 0, lengths[i]});
     offsets.push_back(pieces.size());

@@ -23,9 +23,6 @@ struct packed_rows_blocks;
 
 /// Pieces of a packing, in one block (huge pages where the system has them).
 using piece_vector = detail::large_vector<piece>;
-/// Row offsets of a packing, in one block as the pieces are: at 0.4 rows a sample, 32 MB for
-/// 10 M samples, whose first touch in 4 KiB pages cost 8 % of a packing's time.
-using row_offset_vector = detail::large_vector<std::uint64_t>;
 
 class packed_rows {
  public:
@@ -35,7 +32,7 @@ class packed_rows {
   /// Takes `pieces` and `row_offsets` (row r is pieces [row_offsets[r], row_offsets[r+1])).
   /// Throws option_error unless the offsets start at 0, never decrease and end at
   /// pieces.size(). Cost: O(rows).
-  packed_rows(piece_vector pieces, row_offset_vector row_offsets)
+  packed_rows(piece_vector pieces, std::vector<std::uint64_t> row_offsets)
       : pieces_(std::move(pieces)), offsets_(std::move(row_offsets)) {
     if (offsets_.empty()) offsets_.push_back(0);
     if (offsets_.front() != 0 || offsets_.back() != pieces_.size())
@@ -74,7 +71,7 @@ class packed_rows {
   friend struct detail::packed_rows_blocks;
 
   piece_vector pieces_;
-  row_offset_vector offsets_{0};
+  std::vector<std::uint64_t> offsets_{0};
 };
 
 namespace detail {
@@ -82,7 +79,7 @@ namespace detail {
 /// The blocks of packed rows, for a packing to write into again (pack's storage argument).
 struct packed_rows_blocks {
   piece_vector pieces;
-  row_offset_vector offsets;
+  std::vector<std::uint64_t> offsets;
 
   /// Takes the blocks of `rows`, which is left with no rows. Throws std::bad_alloc (the empty
   /// rows' one offset).
@@ -95,7 +92,7 @@ struct packed_rows_blocks {
   /// the public constructor does (a pass over 8 bytes a row, 2 % of exact-fit's time where
   /// rows are many). Requires offsets starting at 0, never decreasing, ending at the piece
   /// count (assert checks the ends). Throws std::bad_alloc (as take()).
-  [[nodiscard]] static packed_rows give(piece_vector pieces, row_offset_vector offsets) {
+  [[nodiscard]] static packed_rows give(piece_vector pieces, std::vector<std::uint64_t> offsets) {
     assert(!offsets.empty() && offsets.front() == 0 && offsets.back() == pieces.size());
     packed_rows rows;
     rows.pieces_ = std::move(pieces);

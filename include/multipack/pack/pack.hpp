@@ -70,9 +70,9 @@ struct packing {
   // peak) where long pieces dominate.
   const std::uint64_t expected_rows = result.report.lower_bound;
   const std::uint64_t offsets_wanted = expected_rows + expected_rows / 64 + 2;
-  row_offset_vector offsets;
+  std::vector<std::uint64_t> offsets;
   if (blocks.offsets.capacity() >= offsets_wanted) offsets = std::move(blocks.offsets);
-  blocks.offsets = row_offset_vector();
+  blocks.offsets = std::vector<std::uint64_t>();
   offsets.assign(1, 0);
   offsets.reserve(offsets_wanted);
 

@@ -66,7 +66,7 @@ class best_fit_rows {
 
 /// Row offsets from pieces per row; returns the first free position of every row (to fill).
 inline std::vector<std::uint64_t> offsets_from_counts(const std::vector<std::uint32_t>& pieces_in_row,
-                                                      row_offset_vector& offsets) {
+                                                      std::vector<std::uint64_t>& offsets) {
   std::vector<std::uint64_t> next(pieces_in_row.size());
   std::uint64_t position = offsets.back();
   for (std::size_t r = 0; r < pieces_in_row.size(); ++r) {
@@ -88,7 +88,7 @@ void for_each_item_longest_first(const item_histogram& histogram, Visit&& visit)
 /// pieces grouped by row (placement order within a row) as slots for slot_assignment.
 template <class Placer>
 void pack_longest_first(const item_histogram& histogram, Placer& placer,
-                        piece_vector& pieces, row_offset_vector& offsets,
+                        piece_vector& pieces, std::vector<std::uint64_t>& offsets,
                         slot_assignment& slots) {
   large_vector<std::uint32_t> row_of;
   row_of.reserve(histogram.items);

@@ -161,8 +161,8 @@ class row_takes {
 /// long-tailed lengths (0.2 rows a sample). One type for both, so that the fill is one
 /// function (see fill_rows_exactly).
 struct row_bounds {
-  row_offset_vector ends;
-  large_vector<std::uint32_t> starts;
+  std::vector<std::uint64_t> ends;
+  std::vector<std::uint32_t> starts;
 
   void add(bool down, std::size_t position) {
     if (down)
@@ -331,7 +331,7 @@ struct alignas(128) half_fill {
 /// Throws std::bad_alloc; the rows are the same whatever the threads.
 template <class MakeOpening>
 void pack_exactly(std::vector<std::uint32_t> count, bool halves, const pack_options& options, piece_vector& pieces,
-                  row_offset_vector& offsets, slot_assignment& slots, const MakeOpening& make_opening) {
+                  std::vector<std::uint64_t>& offsets, slot_assignment& slots, const MakeOpening& make_opening) {
   if (!halves) {
     unplaced_items items(std::move(count));
     auto opening = make_opening(items, 0);
@@ -348,7 +348,7 @@ void pack_exactly(std::vector<std::uint32_t> count, bool halves, const pack_opti
     count[l] -= second_count[l];
   }
   slot_assignment second_slots = slots.second_half(pieces, count);
-  large_vector<std::uint32_t> second_starts{static_cast<std::uint32_t>(pieces.size())};
+  std::vector<std::uint32_t> second_starts{static_cast<std::uint32_t>(pieces.size())};
   second_starts.reserve(offsets.capacity() / 2 + 1);
   half_fill<opening_type> first(std::move(count), make_opening, 1, std::move(slots), {std::move(offsets), {}}, 0);
   half_fill<opening_type> second(std::move(second_count), make_opening, 2, std::move(second_slots),

@@ -13,7 +13,7 @@
 namespace multipack::detail {
 
 inline void next_fit(std::span<const std::uint32_t> lengths, const pack_options& options,
-                     piece_vector& pieces, row_offset_vector& offsets) {
+                     piece_vector& pieces, std::vector<std::uint64_t>& offsets) {
   const std::uint32_t per_row_limit = options.max_per_row == 0 ? UINT32_MAX : options.max_per_row;
   std::uint64_t room = options.capacity;
   std::uint32_t in_row = 0;
