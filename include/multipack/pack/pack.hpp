@@ -126,8 +126,8 @@ struct packing {
 /// of them (O(capacity) memory a thread); the exact packers fill their rows in two halves, on
 /// two threads, from 2^20 pieces and 16 a length of the row. Memory: 12 bytes a piece and 8 a
 /// row for the result, plus 4 bytes a piece while packing for the decreasing ones, 4 a row of
-/// the second half for the halves, plus O(capacity), plus 16 bytes for each piece of a split
-/// sample but its first. Throws option_error for bad
+/// the second half for the halves, plus O(capacity), plus with overlong_policy::split a bit a
+/// sample and 16 bytes for each piece of a split sample but its first. Throws option_error for bad
 /// options or more than 2^32 - 2 pieces, sample_error for an overlong sample under
 /// overlong_policy::error; on a throw nothing is returned and nothing leaks. Thread-safe:
 /// shares no state between calls.
