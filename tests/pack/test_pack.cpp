@@ -498,11 +498,8 @@ packed_rows randomized_exact_fit_handing_out(const std::vector<std::uint32_t>& l
   std::vector<std::uint64_t> offsets{0};
   detail::slot_assignment slots(pieces, histogram, lengths, options, order, timing);
   const bool halves = detail::fills_in_halves(histogram, options.capacity);
-  const std::uint64_t seed = epoch_seed(options.seed, options.epoch);
   detail::pack_exactly(std::move(histogram.count), halves, options, pieces, offsets, slots,
-                       [seed](const detail::unplaced_items& items, std::uint64_t fill) {
-                         return detail::random_first(items, fill == 0 ? seed : detail::mix64(seed + fill));
-                       });
+                       detail::random_first_openings(epoch_seed(options.seed, options.epoch)));
   slots.finish(pieces);
   return packed_rows(std::move(pieces), std::move(offsets));
 }

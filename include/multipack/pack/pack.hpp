@@ -96,11 +96,8 @@ struct packing {
         detail::pack_exactly(std::move(histogram.count), halves, options, pieces, offsets, slots,
                              [](const detail::unplaced_items&, std::uint64_t) { return detail::longest_first{}; });
       } else {
-        const std::uint64_t seed = epoch_seed(options.seed, options.epoch);
         detail::pack_exactly(std::move(histogram.count), halves, options, pieces, offsets, slots,
-                             [seed](const detail::unplaced_items& items, std::uint64_t fill) {
-                               return detail::random_first(items, fill == 0 ? seed : detail::mix64(seed + fill));
-                             });
+                             detail::random_first_openings(epoch_seed(options.seed, options.epoch)));
       }
     }
     slots.finish(pieces);

@@ -100,6 +100,14 @@ class random_first {
   splitmix64 rng_;
 };
 
+/// randomized_exact_fit's openings for pack_exactly: fill k's generators seeded from the
+/// epoch's seed (k = 0, a whole fill) or from a mix of it and k (the halves and the rest).
+[[nodiscard]] inline auto random_first_openings(std::uint64_t seed) noexcept {
+  return [seed](const unplaced_items& items, std::uint64_t fill) {
+    return random_first(items, fill == 0 ? seed : mix64(seed + fill));
+  };
+}
+
 /// The takes of the row just filled, in order, so that exact_fit can repeat the row. With the
 /// longest-first opening a row's choices depend only on the set of unplaced lengths (and so
 /// the shortest and the longest) and on counts it compares with what the row itself takes

@@ -333,8 +333,8 @@ class slot_assignment {
   /// opens rows with items of random lengths, and with many lengths (each a bucket, a cache
   /// line at a random place) or a large row (the draws' own tables miss the L2 cache) the
   /// fill waited on those reads; the gather's reads are independent of each other and
-  /// overlap. 10 M lengths, one thread, best of 5: `long-tail` at 65,536 0.365 to 0.301 s,
-  /// `alpaca` at 65,536 0.285 to 0.245 s, `near-capacity` 3-6 %; at 2,048 and 4,096 on
+  /// overlap. 10 M lengths, one thread, best of 5: `long-tail` at 65,536 0.358 to 0.302 s,
+  /// `alpaca` at 65,536 0.287 to 0.241 s, `near-capacity` 3-6 %; at 2,048 and 4,096 on
   /// `alpaca` (333 lengths, their buckets' lines stay in the L1 cache) 2-5 % slower, so
   /// not there.
   enum class hand_out { at_add, gathered };
