@@ -121,7 +121,6 @@ def main():
     model_seconds = 0.0
     start = time.perf_counter()
     epoch = 0
-    busy_seconds = 0.0
     while step < args.steps:
         loader.set_epoch(epoch)
         for batch in loader:
@@ -140,8 +139,9 @@ def main():
             print(f"epoch {epoch} step {batch['step']:3d}  loss {loss.item():.4f}  ({count} loss tokens)")
             if step == args.steps:
                 break
-        busy_seconds += loader.statistics()["producer_busy_seconds"]
         epoch += 1
+    # One C++ loader ran every epoch (set_epoch(e + 1) continues it): its figures cover them all.
+    busy_seconds = loader.statistics()["producer_busy_seconds"]
     seconds = time.perf_counter() - start
     print(f"trained {step} steps in {seconds:.1f} s: the training step {tokens / model_seconds:.3g} tokens/s; the "
           f"loader {tokens / busy_seconds * args.threads:.3g} tokens/s with {args.threads} threads; the trainer "

@@ -121,8 +121,21 @@ class _Epochs:
         self.remainder = _name("remainder", remainder)
         self.balance = bool(balance)
         self._lengths = lengths
+        arguments = _multipack.PlanArguments()
+        arguments.capacity = self.capacity
+        arguments.algorithm = self.algorithm
+        arguments.overlong = self.overlong
+        arguments.max_per_row = self.max_per_row
+        arguments.world_size = self.world_size
+        arguments.micro_batch = self.micro_batch
+        arguments.seed = self.seed
+        arguments.remainder = self.remainder
+        arguments.balance = self.balance
+        arguments.pack_threads = self.pack_threads
+        self._plan_arguments = arguments
         self._plan = None
         self._plan_key = None
+        self._plans_made = 0  # plans made here, not by a loader's planning thread
         # The plans this object let go, once nothing else holds them (a loader of an earlier
         # epoch may): each later epoch is packed into one, not into fresh memory.
         self._recycler = _multipack.PlanRecycler()
@@ -136,12 +149,17 @@ class _Epochs:
         key = (self.epoch, self._consumed_rows)
         if self._plan_key != key:
             self._plan = self._plan_key = None  # let go first, to be packed into
-            self._plan = _multipack.Plan(self._lengths, self.capacity, self.algorithm, self.overlong,
-                                         self.max_per_row, self.world_size, self.micro_batch, self.seed,
-                                         self.epoch, self.remainder, self.balance, self._consumed_rows,
-                                         self.pack_threads, self._recycler)
+            self._plan = self._planned(key)
+            if self._plan is None:
+                self._plan = _multipack.Plan(self._lengths, self._plan_arguments, self.epoch, self._consumed_rows,
+                                             self._recycler)
+                self._plans_made += 1
             self._plan_key = key
         return self._plan
+
+    def _planned(self, key) -> Optional["_multipack.Plan"]:
+        """The plan of `key` made ahead elsewhere (a loader's planning thread), or None."""
+        return None
 
     def __len__(self) -> int:
         """Steps of this epoch, the same on every rank (after a resume with another world size:
@@ -284,7 +302,7 @@ class Loader(_Epochs):
             raise ValueError("give prompt_lengths or loss_mask, not both")
         if as_torch and _torch is None:
             raise ImportError("as_torch=True needs torch, which cannot be imported here")
-        self._batches_type = _multipack.BatchLoader64 if dtype == np.dtype(np.int64) else _multipack.BatchLoader32
+        self._batches_type = _multipack.EpochLoader64 if dtype == np.dtype(np.int64) else _multipack.EpochLoader32
         self._prompt_lengths = self._prompt_lengths_of(prompt_lengths)
         self._loss_mask = None if loss_mask is None else os.fspath(loss_mask)
         arguments = _multipack.LoaderArguments()
@@ -297,7 +315,7 @@ class Loader(_Epochs):
         self._arguments = arguments
         self.as_torch = bool(as_torch)
         self._batches = None
-        self._batches_key = None
+        self._batches_key = None  # (epoch, consumed rows, step) of the C++ loader's next batch
         self._last_statistics = None
         _Epochs.__init__(self, self.dataset.lengths, capacity, micro_batch, world_size, rank, seed, epoch, algorithm,
                          overlong, max_per_row, remainder, balance, pack_threads)
@@ -306,7 +324,6 @@ class Loader(_Epochs):
             raise ValueError(f"start_step {self._start_step} is past the epoch's {self.plan().steps} steps")
         # The first iteration's loader starts now: its workers build while the trainer sets up,
         # and a mask or file that does not fit fails here rather than at the first batch.
-        self._used = False
         if self._start_step < self.plan().steps:
             self._start(self._start_step)
 
@@ -337,34 +354,48 @@ class Loader(_Epochs):
         return array.astype(np.uint32)
 
     def _start(self, start_step: int):
-        """A C++ loader of this epoch from `start_step`: its workers start building now."""
+        """A C++ loader from this epoch's `start_step` on, through the later epochs: its workers
+        start building now, and its planning thread plans the next epoch."""
         self.close()
         self._arguments.rank = self.rank
         self._arguments.start_step = start_step
-        self._batches = self._batches_type(self.dataset, self.plan(), self._prompt_lengths, self._loss_mask,
-                                           self._arguments)
+        self._batches = self._batches_type(self.dataset, self.plan(), self.epoch, self._plan_arguments, self._recycler,
+                                           self._prompt_lengths, self._loss_mask, self._arguments)
         self._batches_key = (self.epoch, self._consumed_rows, start_step)
         return self._batches
+
+    def _planned(self, key) -> Optional["_multipack.Plan"]:
+        # The next epoch's plan from the running loader's planning thread, made while the last
+        # epoch trained (a later epoch starts at its step 0, with no rows consumed before).
+        if key[1] != 0 or self._batches is None or self._batches.closed:
+            return None
+        return self._batches.planned(key[0])
 
     def __iter__(self) -> Iterator[Dict[str, Any]]:
         steps = self._steps()
         key = (self.epoch, self._consumed_rows, steps.start)
-        if self._batches is not None and not self._batches.closed and self._batches_key == key and not self._used:
-            batches = self._batches  # the one started ahead, by the constructor or load_state_dict
+        if not len(steps):
+            batches = None
+        elif self._batches is not None and not self._batches.closed and self._batches_key == key:
+            batches = self._batches  # started ahead: by the constructor, load_state_dict, or the last epoch
         else:
-            batches = self._start(steps.start) if len(steps) else None
-        self._used = True
+            batches = self._start(steps.start)
+        self._batches_key = None  # being taken
         if batches is None:
             self._next_step = 0
-        return _Batches(self, batches)
+        return _Batches(self, batches, len(steps))
 
     @staticmethod
     def _as_torch(batch: Dict[str, Any]) -> Dict[str, Any]:
         return {k: _torch.from_numpy(v) if isinstance(v, np.ndarray) else v for k, v in batch.items()}
 
     def statistics(self) -> Dict[str, Any]:
-        """The running (or last finished) iteration's prefetcher figures: batches,
-        consumer_wait_seconds, producer_busy_seconds, mean_ready, max_ready, elapsed_seconds."""
+        """The figures of the running C++ loader (or of the last one), over every epoch it
+        spanned: the prefetcher's (batches, consumer_wait_seconds, producer_busy_seconds,
+        mean_ready, max_ready, elapsed_seconds) and the epoch boundaries' (boundaries,
+        boundary_wait_seconds, max_boundary_wait_seconds beside max_step_wait_seconds, the
+        longest wait for any other batch; planning_seconds of the later epochs' plans,
+        plan_wait_seconds of the workers waiting for one)."""
         if self._batches is not None and not self._batches.closed:
             return self._batches.statistics()
         if self._last_statistics is None:
@@ -372,7 +403,8 @@ class Loader(_Epochs):
         return self._last_statistics
 
     def close(self) -> None:
-        """Stops and joins the worker threads. Batches still referenced stay valid."""
+        """Stops and joins the worker threads and the planning thread. Batches still referenced
+        stay valid."""
         if self._batches is not None:
             if not self._batches.closed:
                 self._last_statistics = self._batches.statistics()
@@ -393,12 +425,15 @@ class Loader(_Epochs):
 
 
 class _Batches:
-    """One iteration of a Loader. Holds no batch between calls, so a batch the loop drops goes
-    back to the pool at once; stops the workers at the end, on close() or when collected."""
+    """One iteration of a Loader: the epoch's steps. Holds no batch between calls, so a batch
+    the loop drops goes back to the pool at once. At the epoch's end the C++ loader goes on
+    with the next epoch, for the next iteration; stopped early (``break``, ``close()``,
+    collected), it stops the workers."""
 
-    def __init__(self, loader: Loader, batches):
+    def __init__(self, loader: Loader, batches, steps: int):
         self._loader = loader
         self._batches = batches
+        self._left = steps  # steps of the epoch still to hand out
 
     def __iter__(self) -> "_Batches":
         return self
@@ -406,11 +441,21 @@ class _Batches:
     def __next__(self) -> Dict[str, Any]:
         if self._batches is None:
             raise StopIteration
+        if self._left == 0:
+            # The epoch is over: the C++ loader's next batch is the next epoch's first, which
+            # its workers may be building already.
+            loader = self._loader
+            if loader.epoch < _UINT64:
+                loader._batches_key = (loader.epoch + 1, 0, 0)
+            loader._next_step = 0
+            self._batches = None
+            raise StopIteration
         batch = self._batches.next()
-        if batch is None:
+        if batch is None:  # past epoch 2^64 - 1
             self._loader._next_step = 0
             self.close()
             raise StopIteration
+        self._left -= 1
         self._loader._next_step = batch["step"] + 1
         return self._loader._as_torch(batch) if self._loader.as_torch else batch
 

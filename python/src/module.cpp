@@ -5,8 +5,10 @@
 // - Packing: pack()'s rows as read-only numpy arrays over the C++ result (no copy).
 // - Plan: one epoch's plan; a rank's micro-batch of a step as lists of sample indices.
 // - Dataset: Megatron/fairseq prefixes, concatenated (the `data/` layer).
-// - BatchLoader32 / BatchLoader64: batch_loader; each batch a dict of numpy arrays over its
-//   pool buffer, which goes back to the pool when the last array over it dies.
+// - EpochLoader32 / EpochLoader64: epoch_loader, one stream of batches across epochs (the
+//   later epochs planned on its planning thread, with the Plan's options); each batch a dict
+//   of numpy arrays over its pool buffer, which goes back to the pool when the last array over
+//   it dies.
 //
 // The GIL is released wherever C++ works or waits: packing, planning, opening files,
 // waiting for a batch, stopping the workers. The workers never touch Python objects.
@@ -16,9 +18,12 @@
 #include <pybind11/stl.h>
 #include <pybind11/stl/filesystem.h>
 
+#include <condition_variable>
 #include <cstdint>
 #include <filesystem>
+#include <limits>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
@@ -32,7 +37,7 @@
 #include "multipack/data/indexed_dataset.hpp"
 #include "multipack/data/loss_mask.hpp"
 #include "multipack/pack/pack.hpp"
-#include "multipack/pipeline/batch_loader.hpp"
+#include "multipack/pipeline/epoch_loader.hpp"
 #include "multipack/schedule/distributed_env.hpp"
 #include "multipack/schedule/plan.hpp"
 #include "multipack/version.hpp"
@@ -173,6 +178,39 @@ struct plan_recycler_handle {
   std::shared_ptr<detail::plan_recycler> recycler = std::make_shared<detail::plan_recycler>();
 };
 
+/// The options of every epoch's plan of a sampler or loader: all but the epoch and the rows
+/// consumed before its first step (a restart with another world size).
+struct plan_arguments {
+  std::uint32_t capacity = 4096;
+  std::string algorithm = "exact-fit";
+  std::string overlong = "drop";
+  std::uint32_t max_per_row = 0;
+  std::uint32_t world_size = 1;
+  std::uint32_t micro_batch = 1;
+  std::uint64_t seed = 0;
+  std::string remainder = "pad";
+  bool balance = true;
+  std::uint32_t pack_threads = 1;
+
+  /// Throws option_error for an unknown algorithm or overlong policy.
+  [[nodiscard]] pack_options packing(std::uint64_t epoch) const {
+    return packing_options(capacity, algorithm, overlong, seed, epoch, max_per_row, pack_threads);
+  }
+
+  /// Throws option_error for an unknown remainder policy.
+  [[nodiscard]] schedule_options schedule(std::uint64_t epoch, std::uint64_t consumed_rows) const {
+    schedule_options s;
+    s.world_size = world_size;
+    s.micro_batch = micro_batch;
+    s.seed = seed;
+    s.epoch = epoch;
+    s.remainder = parse_remainder_policy(remainder);
+    s.balance = balance;
+    s.consumed_rows = consumed_rows;
+    return s;
+  }
+};
+
 /// One epoch's plan, shared with the loaders made from it.
 struct plan_handle {
   std::shared_ptr<const epoch_plan> plan;
@@ -210,7 +248,8 @@ struct plan_handle {
 struct dataset_handle {
   std::shared_ptr<const shards_type> dataset;
   std::vector<std::filesystem::path> prefixes;
-  std::vector<std::uint32_t> lengths;  // every sample's, as the planner takes them
+  // Every sample's, as the planner takes them; shared with the loaders' planning threads.
+  std::shared_ptr<const std::vector<std::uint32_t>> lengths;
 };
 
 dataset_handle open_dataset(const std::vector<std::filesystem::path>& where) {
@@ -219,11 +258,13 @@ dataset_handle open_dataset(const std::vector<std::filesystem::path>& where) {
   for (const auto& w : where)
     for (auto& prefix : indexed_prefixes(w)) d.prefixes.push_back(std::move(prefix));
   d.dataset = std::make_shared<const shards_type>(open_indexed_datasets(d.prefixes));
-  d.lengths.reserve(d.dataset->size());
+  auto lengths = std::make_shared<std::vector<std::uint32_t>>();
+  lengths->reserve(d.dataset->size());
   for (const indexed_dataset& shard : d.dataset->shards()) {
     const std::vector<std::uint32_t> part = shard.lengths();
-    d.lengths.insert(d.lengths.end(), part.begin(), part.end());
+    lengths->insert(lengths->end(), part.begin(), part.end());
   }
+  d.lengths = std::move(lengths);
   return d;
 }
 
@@ -239,14 +280,88 @@ struct loader_arguments {
   std::uint64_t start_step = 0;
 };
 
-/// batch_loader over a Dataset and a Plan, for Python: next() gives a dict of numpy arrays.
+/// The plans of an epoch loader, shared by its planner (the planning thread) and Python: the
+/// first epoch's is Python's own, handed over once; each later one is made on the planning
+/// thread, into the memory of a plan let go (the Python plans' recycler), and noted, so that
+/// Python's plan of that epoch (len(), the steps of its iteration) is the same object rather
+/// than a second planning at the epoch boundary. Thread-safe.
+class loader_plans {
+ public:
+  loader_plans(std::shared_ptr<const std::vector<std::uint32_t>> lengths, plan_arguments arguments,
+               std::shared_ptr<detail::plan_recycler> recycler, std::uint64_t first_epoch,
+               std::shared_ptr<const epoch_plan> first)
+      : lengths_(std::move(lengths)),
+        arguments_(std::move(arguments)),
+        recycler_(std::move(recycler)),
+        first_epoch_(first_epoch),
+        first_(std::move(first)) {}
+
+  /// The planner: epoch `epoch`'s plan, later epochs starting at their step 0. Throws what
+  /// plan_epoch throws. Cost: one planning (none for the first epoch).
+  std::shared_ptr<const epoch_plan> plan(std::uint64_t epoch) {
+    {
+      const std::lock_guard lock(mutex_);
+      if (epoch == first_epoch_ && first_) return std::exchange(first_, nullptr);
+      planning_ = epoch;
+    }
+    std::shared_ptr<const epoch_plan> plan;
+    std::exception_ptr error;
+    try {
+      plan = detail::plan_epoch_recycling(recycler_, std::span<const std::uint32_t>(*lengths_),
+                                          arguments_.packing(epoch), arguments_.schedule(epoch, 0));
+    } catch (...) {
+      error = std::current_exception();
+    }
+    {
+      const std::lock_guard lock(mutex_);
+      planning_.reset();
+      if (plan) {
+        made_[1] = std::move(made_[0]);
+        made_[0] = {epoch, plan};
+      }
+    }
+    made_or_failed_.notify_all();
+    if (error) std::rethrow_exception(error);
+    return plan;
+  }
+
+  /// The plan the planner made for `epoch` (at step 0), if something still holds it: waits
+  /// while the planner makes it. Null otherwise (the caller plans it itself).
+  [[nodiscard]] std::shared_ptr<const epoch_plan> made(std::uint64_t epoch) {
+    std::unique_lock lock(mutex_);
+    made_or_failed_.wait(lock, [&] { return planning_ != epoch; });
+    for (const auto& [e, plan] : made_)
+      if (e == epoch)
+        if (std::shared_ptr<const epoch_plan> held = plan.lock()) return held;
+    return nullptr;
+  }
+
+ private:
+  std::shared_ptr<const std::vector<std::uint32_t>> lengths_;
+  plan_arguments arguments_;
+  std::shared_ptr<detail::plan_recycler> recycler_;
+  std::uint64_t first_epoch_;
+  std::mutex mutex_;
+  std::condition_variable made_or_failed_;
+  std::shared_ptr<const epoch_plan> first_;  // until the loader takes it
+  std::optional<std::uint64_t> planning_;    // the epoch the planner is making
+  // The last two plans made, not kept alive here: a plan goes back to the recycler when the
+  // loader and Python let it go.
+  std::pair<std::uint64_t, std::weak_ptr<const epoch_plan>> made_[2];
+};
+
+/// epoch_loader over a Dataset, for Python: from a Plan of its first epoch (and step) on,
+/// through every later epoch, one stream; next() gives a dict of numpy arrays.
 template <batch_token T>
 class python_loader {
  public:
-  using loader_type = batch_loader<shards_type, T>;
+  using loader_type = epoch_loader<shards_type, T>;
   using lease_type = typename loader_type::lease;
 
-  python_loader(const dataset_handle& data, const plan_handle& plan, loss_mask mask, const loader_arguments& a) {
+  python_loader(const dataset_handle& data, const plan_handle& first, std::uint64_t epoch,
+                const plan_arguments& plans, const plan_recycler_handle& recycler, loss_mask mask,
+                const loader_arguments& a)
+      : plans_(std::make_shared<loader_plans>(data.lengths, plans, recycler.recycler, epoch, first.plan)) {
     batch_options options;
     options.pad_to_multiple = a.pad_to_multiple;
     options.collate.train_on_inputs = a.train_on_inputs;
@@ -256,11 +371,19 @@ class python_loader {
     prefetch_options prefetch;
     prefetch.threads = a.threads;
     prefetch.depth = a.depth;
+    // Every epoch from `epoch` on, as far as epochs are numbered: the loop decides where to stop.
+    epoch_range epochs;
+    epochs.first = epoch;
+    epochs.count = std::max<std::uint64_t>(1, std::numeric_limits<std::uint64_t>::max() - epoch);
+    epochs.start_step = a.start_step;
     py::gil_scoped_release unlocked;
-    loader_ = std::make_unique<loader_type>(data.dataset, plan.plan, a.rank, std::move(options), prefetch, a.start_step);
+    loader_ = std::make_unique<loader_type>(
+        data.dataset, [plans = plans_](std::uint64_t e) { return plans->plan(e); }, a.rank, std::move(options),
+        prefetch, epochs);
   }
 
-  /// The next batch, or None after the last. Blocks (without the GIL) until it is built.
+  /// The next batch (of this epoch, or the next one's first), or None after the last epoch.
+  /// Blocks (without the GIL) until it is built.
   py::object next() {
     if (!loader_) throw option_error("Loader: this loader is closed");
     std::optional<lease_type> lease;
@@ -269,7 +392,6 @@ class python_loader {
       lease = loader_->next();
     }
     if (!lease) return py::none();
-    const std::uint64_t step = lease->step();
     // The lease moves into a capsule that every array holds: the buffer goes back to the pool
     // when the last array over it dies.
     auto* owned = new lease_type(std::move(*lease));
@@ -295,12 +417,26 @@ class python_loader {
     batch["real_tokens"] = v.real_tokens;
     batch["loss_tokens"] = v.loss_tokens;
     batch["padding_rows"] = v.padding_rows;
-    batch["step"] = step;
+    batch["epoch"] = (**owned).epoch;
+    batch["step"] = (**owned).step;
     batch["rank"] = (**owned).rank;
     return batch;
   }
 
-  /// Stops and joins the workers (without the GIL). Batches still referenced stay valid.
+  /// The plan this loader's planner made for `epoch`, if still held (waits while it is being
+  /// made, without the GIL); None otherwise.
+  [[nodiscard]] std::optional<plan_handle> planned(std::uint64_t epoch) {
+    std::shared_ptr<const epoch_plan> plan;
+    {
+      py::gil_scoped_release unlocked;
+      plan = plans_->made(epoch);
+    }
+    if (!plan) return std::nullopt;
+    return plan_handle{std::move(plan)};
+  }
+
+  /// Stops and joins the workers and the planning thread (without the GIL). Batches still
+  /// referenced stay valid.
   void close() {
     py::gil_scoped_release unlocked;
     loader_.reset();
@@ -310,14 +446,20 @@ class python_loader {
 
   [[nodiscard]] py::dict statistics() const {
     if (!loader_) throw option_error("Loader: this loader is closed");
-    const prefetch_statistics s = loader_->statistics();
+    const epoch_loader_statistics s = loader_->statistics();
     py::dict d;
-    d["batches"] = s.batches;
-    d["consumer_wait_seconds"] = s.consumer_wait_seconds;
-    d["producer_busy_seconds"] = s.producer_busy_seconds;
-    d["elapsed_seconds"] = s.elapsed_seconds;
-    d["max_ready"] = s.max_ready;
-    d["mean_ready"] = s.mean_ready;
+    d["batches"] = s.prefetch.batches;
+    d["consumer_wait_seconds"] = s.prefetch.consumer_wait_seconds;
+    d["producer_busy_seconds"] = s.prefetch.producer_busy_seconds;
+    d["elapsed_seconds"] = s.prefetch.elapsed_seconds;
+    d["max_ready"] = s.prefetch.max_ready;
+    d["mean_ready"] = s.prefetch.mean_ready;
+    d["boundaries"] = s.boundaries;
+    d["boundary_wait_seconds"] = s.boundary_wait_seconds;
+    d["max_boundary_wait_seconds"] = s.max_boundary_wait_seconds;
+    d["max_step_wait_seconds"] = s.max_step_wait_seconds;
+    d["planning_seconds"] = s.planning_seconds;
+    d["plan_wait_seconds"] = s.plan_wait_seconds;
     return d;
   }
 
@@ -326,6 +468,7 @@ class python_loader {
   }
 
  private:
+  std::shared_ptr<loader_plans> plans_;
   std::unique_ptr<loader_type> loader_;
 };
 
@@ -333,8 +476,10 @@ template <batch_token T>
 void bind_loader(py::module_& m, const char* name) {
   using L = python_loader<T>;
   py::class_<L>(m, name)
-      .def(py::init([](const dataset_handle& data, const plan_handle& plan, const py::object& prompt_lengths,
-                       const std::optional<std::filesystem::path>& token_mask, const loader_arguments& a) {
+      .def(py::init([](const dataset_handle& data, const plan_handle& first, std::uint64_t epoch,
+                       const plan_arguments& plans, const plan_recycler_handle& recycler,
+                       const py::object& prompt_lengths, const std::optional<std::filesystem::path>& token_mask,
+                       const loader_arguments& a) {
              loss_mask mask;
              if (token_mask) {
                mask = loss_mask::open_token_mask(*token_mask);
@@ -344,10 +489,12 @@ void bind_loader(py::module_& m, const char* name) {
                mask = loss_mask::from_prompt_lengths(
                    std::vector<std::uint32_t>(values.data(), values.data() + values.size()), "prompt_lengths");
              }
-             return std::make_unique<L>(data, plan, std::move(mask), a);
+             return std::make_unique<L>(data, first, epoch, plans, recycler, std::move(mask), a);
            }),
-           py::arg("dataset"), py::arg("plan"), py::arg("prompt_lengths"), py::arg("token_mask"), py::arg("arguments"))
+           py::arg("dataset"), py::arg("first_plan"), py::arg("epoch"), py::arg("plan_arguments"), py::arg("recycler"),
+           py::arg("prompt_lengths"), py::arg("token_mask"), py::arg("arguments"))
       .def("next", &L::next)
+      .def("planned", &L::planned, py::arg("epoch"))
       .def("close", &L::close)
       .def_property_readonly("closed", &L::closed)
       .def("statistics", &L::statistics);
@@ -432,23 +579,25 @@ PYBIND11_MODULE(_multipack, m) {
           "reused", [](const plan_recycler_handle& r) { return r.recycler->reused(); },
           "Plans packed into the memory of a plan let go before (what the tests and benchmarks count).");
 
+  py::class_<plan_arguments>(m, "PlanArguments")
+      .def(py::init<>())
+      .def_readwrite("capacity", &plan_arguments::capacity)
+      .def_readwrite("algorithm", &plan_arguments::algorithm)
+      .def_readwrite("overlong", &plan_arguments::overlong)
+      .def_readwrite("max_per_row", &plan_arguments::max_per_row)
+      .def_readwrite("world_size", &plan_arguments::world_size)
+      .def_readwrite("micro_batch", &plan_arguments::micro_batch)
+      .def_readwrite("seed", &plan_arguments::seed)
+      .def_readwrite("remainder", &plan_arguments::remainder)
+      .def_readwrite("balance", &plan_arguments::balance)
+      .def_readwrite("pack_threads", &plan_arguments::pack_threads);
+
   py::class_<plan_handle>(m, "Plan")
-      .def(py::init([](const py::handle& lengths, std::uint32_t capacity, const std::string& algorithm,
-                       const std::string& overlong, std::uint32_t max_per_row, std::uint32_t world_size,
-                       std::uint32_t micro_batch, std::uint64_t seed, std::uint64_t epoch, const std::string& remainder,
-                       bool balance, std::uint64_t consumed_rows, std::uint32_t pack_threads,
-                       const plan_recycler_handle* recycler) {
+      .def(py::init([](const py::handle& lengths, const plan_arguments& arguments, std::uint64_t epoch,
+                       std::uint64_t consumed_rows, const plan_recycler_handle* recycler) {
              const lengths_argument values(lengths, "Plan");
-             const pack_options packing =
-                 packing_options(capacity, algorithm, overlong, seed, epoch, max_per_row, pack_threads);
-             schedule_options schedule;
-             schedule.world_size = world_size;
-             schedule.micro_batch = micro_batch;
-             schedule.seed = seed;
-             schedule.epoch = epoch;
-             schedule.remainder = parse_remainder_policy(remainder);
-             schedule.balance = balance;
-             schedule.consumed_rows = consumed_rows;
+             const pack_options packing = arguments.packing(epoch);
+             const schedule_options schedule = arguments.schedule(epoch, consumed_rows);
              py::gil_scoped_release unlocked;
              // With a recycler: packed into a plan let go before, when one came back.
              if (recycler != nullptr)
@@ -458,9 +607,8 @@ PYBIND11_MODULE(_multipack, m) {
              return plan_handle{std::make_shared<const epoch_plan>(
                  values.visit([&](auto span) { return plan_epoch(span, packing, schedule); }))};
            }),
-           py::arg("lengths"), py::arg("capacity"), py::arg("algorithm"), py::arg("overlong"), py::arg("max_per_row"),
-           py::arg("world_size"), py::arg("micro_batch"), py::arg("seed"), py::arg("epoch"), py::arg("remainder"),
-           py::arg("balance"), py::arg("consumed_rows"), py::arg("pack_threads"), py::arg("recycler") = nullptr)
+           py::arg("lengths"), py::arg("arguments"), py::arg("epoch"), py::arg("consumed_rows"),
+           py::arg("recycler") = nullptr)
       .def_property_readonly("steps", &plan_handle::steps)
       .def("indices", &plan_handle::indices, py::arg("step"), py::arg("rank"))
       .def("consumed_rows_after", [](const plan_handle& p, std::uint64_t steps) {
@@ -484,7 +632,7 @@ PYBIND11_MODULE(_multipack, m) {
                                return sizes;
                              })
       .def_property_readonly("lengths", [](const py::object& self) {
-        const auto& lengths = self.cast<const dataset_handle&>().lengths;
+        const auto& lengths = *self.cast<const dataset_handle&>().lengths;
         return read_only_array<std::uint32_t>(lengths.data(), {static_cast<py::ssize_t>(lengths.size())},
                                               {sizeof(std::uint32_t)}, self);
       });
@@ -520,6 +668,6 @@ PYBIND11_MODULE(_multipack, m) {
       .def_readwrite("depth", &loader_arguments::depth)
       .def_readwrite("start_step", &loader_arguments::start_step);
 
-  bind_loader<std::int32_t>(m, "BatchLoader32");
-  bind_loader<std::int64_t>(m, "BatchLoader64");
+  bind_loader<std::int32_t>(m, "EpochLoader32");
+  bind_loader<std::int64_t>(m, "EpochLoader64");
 }

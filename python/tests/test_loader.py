@@ -126,7 +126,7 @@ def test_break_and_garbage_collection_stop_the_threads(prefix):
     loader = multipack.Loader(prefix, capacity=2048, micro_batch=2, world_size=1, rank=0, threads=3)
     it = iter(loader)
     next(it)
-    assert threads_of_process() == before + 3
+    assert threads_of_process() == before + 3 + 1, "three workers and the planning thread"
     del it
     gc.collect()
     assert threads_of_process() == before
@@ -211,17 +211,50 @@ def test_a_worker_error_arrives_as_a_python_exception(prefix, tmp_path):
         next(it)
 
 
-def test_later_epochs_are_packed_into_the_memory_of_a_plan_let_go(prefix):
-    """An epoch's workers let its plan go at the epoch's end, and the next epoch's plan is packed
-    into its memory: the same batches as a fresh loader's."""
-    options = dict(capacity=2048, micro_batch=2, world_size=1, rank=0, algorithm="randomized-exact-fit")
+def test_one_loader_spans_the_epochs(prefix):
+    """Epoch after epoch from one C++ loader: the same batches as a fresh loader's each epoch;
+    no thread started; the later epochs planned by its planning thread (Python plans only the
+    first) and packed into the memory of plans let go; the epoch boundaries counted."""
+    options = dict(capacity=2048, micro_batch=2, world_size=1, rank=0, algorithm="randomized-exact-fit", threads=2)
+    before = threads_of_process()
     loader = multipack.Loader(prefix, **options)
+    running = loader._batches
     for epoch in range(4):
         loader.set_epoch(epoch)
-        got = [b["input_ids"].copy() for b in loader]
+        assert threads_of_process() == before + 2 + 1, f"epoch {epoch}: two workers and the planning thread"
+        got = []
+        for b in loader:
+            assert b["epoch"] == epoch
+            got.append(b["input_ids"].copy())
+        assert loader._batches is running, f"epoch {epoch}: another C++ loader was started"
         with multipack.Loader(prefix, epoch=epoch, **options) as fresh:
             expected = [b["input_ids"].copy() for b in fresh]
-        assert len(got) == len(expected)
-        assert all(np.array_equal(a, b) for a, b in zip(got, expected))
-    assert loader._recycler.reused == 3, "epochs 1, 2 and 3 in the memory of the one before"
+        assert len(got) == len(expected) == len(loader)
+        assert all(np.array_equal(a, b) for a, b in zip(got, expected)), f"epoch {epoch}"
+    assert loader._plans_made == 1, "epochs 1 to 3 are the planning thread's plans"
+    statistics = loader.statistics()
+    assert statistics["boundaries"] == 3 and statistics["batches"] == 4 * len(loader)
+    # Epoch 3 is planned once epoch 1's last step is built, after this loop let epoch 0's plan go.
+    assert loader._recycler.reused >= 1
+    loader.close()
+    assert threads_of_process() == before
+
+
+def test_an_epoch_out_of_sequence_restarts_the_loader(prefix):
+    """The next iteration continues the C++ loader only when it is the next epoch from step 0:
+    the same epoch again, an epoch skipped, a break or a resume start another."""
+    options = dict(capacity=2048, micro_batch=2, world_size=1, rank=0, seed=7)
+    loader = multipack.Loader(prefix, **options)
+    first = [b["input_ids"].copy() for b in loader]
+    again = [b["input_ids"].copy() for b in loader]  # no set_epoch: epoch 0 again
+    assert len(first) == len(again) and all(np.array_equal(a, b) for a, b in zip(first, again))
+    loader.set_epoch(2)  # epoch 1 skipped
+    with multipack.Loader(prefix, epoch=2, **options) as fresh:
+        expected = [b["input_ids"].copy() for b in fresh]
+    for b, want in zip(loader, expected):
+        assert b["epoch"] == 2 and np.array_equal(b["input_ids"], want)
+        break  # stops the workers
+    assert loader._batches is None or loader._batches.closed
+    got = [b["input_ids"].copy() for b in loader]  # epoch 2 again, from its first step
+    assert len(got) == len(expected) and all(np.array_equal(a, b) for a, b in zip(got, expected))
     loader.close()
