@@ -11,6 +11,9 @@
 2. Loader: tokens/s of a Python loop taking 16 x 4,096 int64 batches of data/alpaca (its prefix
    given R times), beside a numpy collator building the same batches from the same plan.
 3. The per-batch cost of crossing into Python: batches already built, taken from the pool.
+4. Epoch boundaries: a Python loop over 4 epochs of the same batches with a 2 ms step, the
+   trainer's wait for each epoch's first batch beside its longest wait for any other; one
+   Loader continuing from epoch to epoch (set_epoch), beside a new C++ loader each epoch.
 
 Prints a Markdown table.
 """
@@ -228,6 +231,49 @@ def loader_rows(repeat, threads):
     ]
 
 
+def boundary_rows(repeat, threads, epochs=4, step_seconds=0.002):
+    """The trainer's waits over `epochs` epochs, a `step_seconds` step each batch: at the epoch
+    boundaries (from the end of an epoch's last step to the next epoch's first batch: set_epoch,
+    the iteration's start, the batch) and at every other step."""
+    paths = ["data/alpaca/alpaca_llama"] * repeat
+
+    def run(new_loader_each_epoch):
+        loader = multipack.Loader(paths, capacity=CAPACITY, micro_batch=MICRO_BATCH, world_size=1, rank=0,
+                                  dtype="int64", threads=threads, depth=8)
+        boundary_waits, step_wait = [], 0.0
+        stepped = time.perf_counter()
+        for epoch in range(epochs):
+            if new_loader_each_epoch:
+                loader.close()  # the next iteration starts a C++ loader, as every epoch did before
+            loader.set_epoch(epoch)
+            first = True
+            for batch in loader:
+                waited = time.perf_counter() - stepped
+                if first and epoch > 0:
+                    boundary_waits.append(waited)
+                elif not first:
+                    step_wait = max(step_wait, waited)
+                first = False
+                del batch
+                time.sleep(step_seconds)
+                stepped = time.perf_counter()
+        steps = len(loader)
+        loader.close()
+        return boundary_waits, step_wait, steps
+
+    spanning, spanning_step, steps = run(False)
+    restarted, restarted_step, _ = run(True)
+    work = f"{epochs} epochs x {steps} steps of {MICRO_BATCH} x {CAPACITY}, a {1e3 * step_seconds:.0f} ms step"
+    return [
+        ("Loader across epochs (set_epoch, one C++ loader)", work, sum(spanning),
+         f"the trainer waits {1e6 * max(spanning):.0f} us at most at {len(spanning)} boundaries; "
+         f"{1e6 * spanning_step:.0f} us at most at any other step"),
+        ("a new C++ loader each epoch (close() before set_epoch)", work, sum(restarted),
+         f"{1e3 * max(restarted):.1f} ms at most a boundary ({1e3 * sum(restarted) / len(restarted):.1f} ms mean); "
+         f"{1e6 * restarted_step:.0f} us at most at any other step"),
+    ]
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--samples", type=int, default=10_000_000)
@@ -235,7 +281,7 @@ def main():
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
     os.chdir(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
-    rows = loader_rows(args.repeat, args.threads) + sampler_rows(args.samples)
+    rows = loader_rows(args.repeat, args.threads) + boundary_rows(args.repeat, args.threads) + sampler_rows(args.samples)
     print("| what | work | seconds | figures |")
     print("|---|---|---:|---|")
     for what, work, s, figures in rows:

@@ -277,10 +277,15 @@ class Loader(_Epochs):
     Iterating yields a dict per step: ``input_ids``, ``labels`` (unshifted; ``ignore_index``
     where no loss), ``position_ids``, ``sequence_ids`` (each [micro_batch, row_length]),
     ``cu_seqlens`` (int32, FlashAttention's), and ``max_seqlen``, ``real_tokens``,
-    ``loss_tokens``, ``padding_rows``, ``step``, ``rank``. The arrays are over the pool's
+    ``loss_tokens``, ``padding_rows``, ``epoch``, ``step``, ``rank``. The arrays are over the pool's
     buffer, no copy; the buffer goes back to the pool when the last array over it dies, so a
     batch kept stays valid (while the pool's other buffers carry on). With ``as_torch=True``
     they are torch tensors over the same memory (``torch.from_numpy``).
+
+    One C++ loader runs from epoch to epoch: after an epoch's last step, ``set_epoch(e + 1)`` and
+    the next iteration continue it (no thread started, no buffer allocated; the next epoch's
+    plan made by its planning thread while the epoch before trained). Any other next iteration
+    (the same epoch again, another epoch, a resume, after a ``break``) starts a new one.
 
     The GIL is released while the loop waits and while the workers build. ``break`` followed by
     the loop's end, ``close()``, ``with`` or garbage collection stops the threads. ``len()`` is
