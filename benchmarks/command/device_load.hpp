@@ -8,7 +8,8 @@
 //  - the trainer's stream: how long it waited for copies (an event before and one after each
 //    batch's cudaStreamWaitEvent; the first batch, the cold start, left out), against the
 //    time from the first batch to the last step's end;
-//  - pinned allocations made after each loader's start (the goal is none).
+//  - pinned allocations made after the loader's start (the goal is none: one loader, over an
+//    epoch_loader, serves every epoch).
 
 #include <cuda_runtime_api.h>
 
@@ -117,11 +118,12 @@ inline double copy_rate(const void* source, void* target, std::size_t bytes, std
 
 }  // namespace detail
 
-/// The epochs of the run through device_loader, filling the host totals as the host run does
-/// (batches, tokens, the time next() blocked) and returning the device's.
+/// The epochs of the run through one device_epoch_loader, filling the host totals as the host
+/// run does (batches, tokens, the time next() blocked, the wait for each later epoch's first
+/// batch) and returning the device's. Its pinned and device buffers serve every epoch.
 template <batch_token T>
 device_totals run_device_epochs(const load_command_options& o, const load_inputs& in, load_totals& t) {
-  using loader_type = cuda::device_loader<typename load_inputs::dataset_type, T>;
+  using loader_type = cuda::device_epoch_loader<typename load_inputs::dataset_type, T>;
   if (!cuda::device_available())
     throw cuda_error(cudaErrorNoDevice, "--device: no CUDA device to load to (" + cuda::no_device_reason() + ")");
   const cuda::device_options device{o.batches_in_flight, false, true};
@@ -136,53 +138,46 @@ device_totals run_device_epochs(const load_command_options& o, const load_inputs
   {
     progress p(fmt::format("loading rank {}'s batches of {} epoch(s) to the device ({} thread(s), depth {}, {} in flight)",
                            o.rank, o.epochs, o.threads, o.depth, o.batches_in_flight));
+    // The first epoch's plan is made already (prepare_load), as for the host run.
+    const epoch_planner planner = [&in, first = o.schedule.epoch](std::uint64_t epoch) {
+      return epoch == first ? in.first_plan : in.plan_for(epoch);
+    };
     const clock::time_point start = clock::now();
-    auto loader = std::make_unique<loader_type>(in.dataset, in.first_plan, o.rank, in.batching, in.prefetch, device,
-                                                o.schedule.start_step);
+    auto loader = std::make_unique<loader_type>(in.dataset, planner, o.rank, in.batching, in.prefetch, device,
+                                                epoch_range{o.schedule.epoch, o.epochs, o.schedule.start_step});
     t.startup_seconds = seconds_since(start);
     t.rss_before_first_batch_bytes = pipeline_rss_bytes();
-    std::uint64_t pinned_at_start = loader->pinned_memory()->allocations();
-    const auto account = [&](loader_type& l) {
-      const cuda::device_statistics s = l.statistics();
-      d.copies += s.copies;
-      d.bytes_copied += s.bytes_copied;
-      d.copy_seconds += s.copy_seconds;
-      d.timed_bytes += s.timed_bytes;
-      d.pinned_allocations_after_start += l.pinned_memory()->allocations() - pinned_at_start;
-      t.add_prefetch(s.host);
-    };
-    for (std::uint64_t e = o.schedule.epoch;; ++e) {
-      while (t.batches < limit) {
-        const auto asked = clock::now();
-        auto batch = loader->next();
-        if (!first_call) t.wait_seconds += seconds_since(asked);
-        if (!batch) break;
-        t.add_batch(batch->view());
-        if (first_call) {
-          batch->wait(trainer.get());
-          span_start.record(trainer.get());
-          first_call = false;
-        } else {
-          meter.before(trainer.get());
-          batch->wait(trainer.get());
-          meter.after(trainer.get());
-        }
-        if (o.step_ms > 0) launch_busy_wait(trainer.get(), o.step_ms);
-        batch->release(trainer.get());
+    const std::uint64_t pinned_at_start = loader->pinned_memory()->allocations();
+    while (t.batches < limit) {
+      const auto asked = clock::now();
+      auto batch = loader->next();
+      if (!first_call) t.wait_seconds += seconds_since(asked);
+      if (!batch) break;
+      t.add_batch(batch->view());
+      if (first_call) {
+        batch->wait(trainer.get());
+        span_start.record(trainer.get());
+        first_call = false;
+      } else {
+        meter.before(trainer.get());
+        batch->wait(trainer.get());
+        meter.after(trainer.get());
       }
-      account(*loader);
-      if (e - o.schedule.epoch + 1 == o.epochs || t.batches == limit) break;
-      const auto switch_start = clock::now();
-      loader.reset();
-      const auto plan_start = clock::now();
-      std::shared_ptr<const epoch_plan> plan = in.plan_for(e + 1);
-      t.later_plan_seconds += seconds_since(plan_start);
-      loader = std::make_unique<loader_type>(in.dataset, std::move(plan), o.rank, in.batching, in.prefetch, device, 0);
-      pinned_at_start = loader->pinned_memory()->allocations();
-      const double switched = seconds_since(switch_start);
-      t.epoch_switch_seconds += switched;
-      t.wait_seconds += switched;
+      if (o.step_ms > 0) launch_busy_wait(trainer.get(), o.step_ms);
+      batch->release(trainer.get());
     }
+    const cuda::device_statistics s = loader->statistics();
+    d.copies = s.copies;
+    d.bytes_copied = s.bytes_copied;
+    d.copy_seconds = s.copy_seconds;
+    d.timed_bytes = s.timed_bytes;
+    d.pinned_allocations_after_start = loader->pinned_memory()->allocations() - pinned_at_start;
+    t.add_prefetch(s.host);
+    const epoch_loader_statistics e = loader->host_statistics();
+    t.later_plan_seconds = e.planning_seconds;
+    t.epoch_switch_seconds = e.boundary_wait_seconds;
+    t.max_epoch_switch_seconds = e.max_boundary_wait_seconds;
+    t.max_step_wait_seconds = e.max_step_wait_seconds;
     span_end.record(trainer.get());
     trainer.synchronize();
     t.seconds = seconds_since(start);

@@ -153,7 +153,7 @@ void print_load_report(const load_command_options& o, const load_inputs& in, con
   fmt::print("  trainer waited {:>12.4f} s   {:.2f}% of the time (after the first batch){}\n", t.wait_seconds,
              100 * wait_fraction,
              o.epochs == 1           ? std::string()
-             : o.pipeline == "plan" && !o.device ? fmt::format("; at the epoch boundaries {:.6f} s, the longest {:.6f} s (any other "
+             : o.pipeline == "plan" ? fmt::format("; at the epoch boundaries {:.6f} s, the longest {:.6f} s (any other "
                                                   "step's longest {:.6f} s)",
                                                   t.epoch_switch_seconds, t.max_epoch_switch_seconds,
                                                   t.max_step_wait_seconds)

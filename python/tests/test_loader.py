@@ -116,6 +116,7 @@ def test_holding_every_buffer_is_an_error_not_a_hang(prefix):
 
 
 def test_break_and_garbage_collection_stop_the_threads(prefix):
+    gc.collect()  # a loader of an earlier test, kept by a traceback's cycle, stops now and not mid-count
     before = threads_of_process()
     for batch in multipack.Loader(prefix, capacity=2048, micro_batch=2, world_size=1, rank=0, threads=3):
         break
@@ -209,6 +210,7 @@ def test_a_worker_error_arrives_as_a_python_exception(prefix, tmp_path):
     assert isinstance(caught.value, OSError)
     with pytest.raises(multipack.FileError):  # and at every later call
         next(it)
+    loader.close()
 
 
 def test_one_loader_spans_the_epochs(prefix):
@@ -216,6 +218,7 @@ def test_one_loader_spans_the_epochs(prefix):
     no thread started; the later epochs planned by its planning thread (Python plans only the
     first) and packed into the memory of plans let go; the epoch boundaries counted."""
     options = dict(capacity=2048, micro_batch=2, world_size=1, rank=0, algorithm="randomized-exact-fit", threads=2)
+    gc.collect()  # as in the test above
     before = threads_of_process()
     loader = multipack.Loader(prefix, **options)
     running = loader._batches

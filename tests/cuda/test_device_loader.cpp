@@ -18,6 +18,7 @@
 #include <span>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "cuda_calls.hpp"
@@ -26,6 +27,7 @@
 #include "multipack/data/indexed_dataset.hpp"
 #include "multipack/data/length_list.hpp"
 #include "multipack/data/loss_mask.hpp"
+#include "multipack/pipeline/epoch_loader.hpp"
 #include "multipack/schedule/plan.hpp"
 #include "multipack/views.hpp"
 #include "support/batch_checks.hpp"
@@ -160,6 +162,35 @@ void check_one_epoch(std::uint32_t pad_to_multiple, unsigned threads, std::size_
   }
 }
 
+/// Epochs 1 to 3 of the Alpaca lengths for 2 ranks x 4 rows, from epoch 1's step 5: what the
+/// epoch tests load, and each epoch's plan made here, as the reference.
+struct alpaca_epochs {
+  std::vector<std::uint32_t> lengths = read_length_list(test::source_dir() / "data/alpaca/lengths.txt");
+  pack_options packing{2048, packing_algorithm::randomized_exact_fit};
+  schedule_options schedule{2, 4, 7, 0};
+  epoch_range epochs{1, 3, 5};
+  std::vector<std::shared_ptr<const epoch_plan>> plans;  // epoch epochs.first + i's at i
+  std::uint64_t batches = 0;                             // of the range, for one rank
+
+  alpaca_epochs() {
+    for (std::uint64_t e = epochs.first; e < epochs.first + epochs.count; ++e) {
+      schedule_options s = schedule;
+      s.epoch = e;
+      plans.push_back(std::make_shared<const epoch_plan>(plan_epoch(lengths, packing, s)));
+      batches += plans.back()->schedule.steps() - (e == epochs.first ? epochs.start_step : 0);
+    }
+  }
+
+  /// Where the loader's batch `position` belongs: (epoch, step).
+  [[nodiscard]] std::pair<std::uint64_t, std::uint64_t> at(std::uint64_t position) const {
+    std::uint64_t step = position + epochs.start_step;
+    for (std::uint64_t i = 0;; ++i) {
+      if (step < plans[i]->schedule.steps()) return {epochs.first + i, step};
+      step -= plans[i]->schedule.steps();
+    }
+  }
+};
+
 }  // namespace
 
 TEST_SUITE("device") {
@@ -170,6 +201,62 @@ TEST_SUITE("device") {
     check_one_epoch<std::int32_t>(0, 1, 3, 1);
     check_one_epoch<std::int64_t>(64, 2, 2, 0);
     check_one_epoch<std::int64_t>(0, 3, 4, 1);
+  }
+
+  TEST_CASE("device_epoch_loader: epochs as one stream, each as the host built it, nothing made between them") {
+    const auto dataset = alpaca();
+    const alpaca_epochs run;
+    const batch_options options = masked(0);
+    const std::uint32_t rank = 1;
+    const std::size_t in_flight = 2;
+    cuda::stream trainer;
+    std::optional<read_back<std::int32_t>> results;
+
+    const test::cuda_call_counts before = test::cuda_calls();
+    {
+      cuda::device_epoch_loader<indexed_dataset> loader(dataset, plan_each_epoch(run.lengths, run.packing, run.schedule),
+                                                        rank, options, {2, 2}, {in_flight}, run.epochs);
+      REQUIRE(loader.on_device());
+      const test::cuda_call_counts built = test::cuda_calls();
+      CHECK(built.host_allocations - before.host_allocations == static_cast<std::int64_t>(2 + in_flight));
+      CHECK(built.device_allocations - before.device_allocations == static_cast<std::int64_t>(in_flight));
+      results.emplace(loader.layout(), run.batches);  // its own pinned block
+      const test::cuda_call_counts warm = test::cuda_calls();
+      std::uint64_t position = 0;
+      while (auto batch = loader.next()) {
+        REQUIRE(position < run.batches);
+        const auto [epoch, step] = run.at(position);
+        REQUIRE(batch->epoch() == epoch);
+        REQUIRE(batch->step() == step);
+        REQUIRE(batch->rank() == rank);
+        batch->wait(trainer.get());
+        results->enqueue(position, batch->view(), trainer.get());
+        batch->release(trainer.get());
+        ++position;
+      }
+      CHECK(position == run.batches);
+      // Two epoch boundaries crossed with no allocation and no synchronous copy.
+      const test::cuda_call_counts after = test::cuda_calls();
+      CHECK(after.host_allocations == warm.host_allocations);
+      CHECK(after.device_allocations == warm.device_allocations);
+      CHECK(after.synchronous_copies == before.synchronous_copies);
+      CHECK(loader.statistics().copies == run.batches);
+      const epoch_loader_statistics host = loader.host_statistics();
+      CHECK(host.boundaries == run.epochs.count - 1);
+      CHECK(host.prefetch.batches == run.batches);
+    }
+    trainer.synchronize();
+    const test::cuda_call_counts end = test::cuda_calls();
+    CHECK(end.host_frees - before.host_frees == static_cast<std::int64_t>(2 + in_flight));
+    CHECK(end.device_frees - before.device_frees == static_cast<std::int64_t>(in_flight));
+    CHECK(test::cuda_violations() == 0);
+    for (std::uint64_t position = 0; position < run.batches; ++position) {
+      const auto [epoch, step] = run.at(position);
+      CAPTURE(epoch);
+      CAPTURE(step);
+      REQUIRE(results->contents(position) ==
+              test::reference<std::int32_t>(*dataset, *run.plans[epoch - run.epochs.first], step, rank, options));
+    }
   }
 
   TEST_CASE("a consumer holding every device buffer gets a clear error, and can go on") {
@@ -405,5 +492,31 @@ TEST_SUITE("no_device") {
     const auto after = test::cuda_calls();
     CHECK(after.host_allocations == before.host_allocations);
     CHECK(after.device_allocations == before.device_allocations);
+  }
+
+  TEST_CASE("without a device, device_epoch_loader hands out every epoch's host batches when asked to") {
+    REQUIRE_FALSE(cuda::device_available());
+    const auto dataset = alpaca();
+    const alpaca_epochs run;
+    const epoch_planner planner = plan_each_epoch(run.lengths, run.packing, run.schedule);
+    CHECK(test::contains(test::message_of<cuda_error>([&] {
+            cuda::device_epoch_loader<indexed_dataset> loader(dataset, planner, 0, {}, {}, {}, run.epochs);
+          }),
+                         "no CUDA device"));
+    const batch_options options = masked(0);
+    cuda::device_epoch_loader<indexed_dataset> loader(dataset, planner, 0, options, {2, 3}, {2, true}, run.epochs);
+    CHECK_FALSE(loader.on_device());
+    std::uint64_t position = 0;
+    while (auto batch = loader.next()) {
+      REQUIRE(position < run.batches);
+      CHECK_FALSE(batch->on_device());
+      const auto [epoch, step] = run.at(position);
+      REQUIRE(batch->epoch() == epoch);
+      REQUIRE(batch->step() == step);
+      REQUIRE(test::contents(batch->view().host()) ==
+              test::reference<std::int32_t>(*dataset, *run.plans[epoch - run.epochs.first], step, 0, options));
+      ++position;
+    }
+    CHECK(position == run.batches);
   }
 }

@@ -104,7 +104,7 @@ class batch_stager {
     ++copies_.copies;
     copies_.bytes_copied += slot.bytes;
     claimed.keep();
-    return device_batch<T>(ring_, claimed.index(), device, step, 0, slot.copied.get());
+    return device_batch<T>(ring_, claimed.index(), device, step, 0, 0, slot.copied.get());  // epoch 0, rank 0
   }
 
   /// Copies so far (copies, bytes_copied; no timing, no host statistics). O(1).

@@ -9,6 +9,10 @@
 //     train(batch->view(), stream);   // device pointers: input_ids, labels, ..., cu_seqlens
 //   }                                 // destroying the batch records its release on `stream`
 //
+// device_epoch_loader does the same for several epochs as one stream, over an epoch_loader
+// (a planner, an epoch_range): the buffers, the copy stream and the threads below serve every
+// epoch, so crossing an epoch boundary allocates nothing, on the host or the device.
+//
 // How memory moves, and what is never done per batch:
 // - Pinned host buffers: prefetch.depth + batches_in_flight blocks of layout.bytes<T>(),
 //   allocated once (cudaHostAlloc). Workers collate into them: no extra host copy.
@@ -48,6 +52,7 @@
 #include "multipack/cuda/error.hpp"
 #include "multipack/cuda/resources.hpp"
 #include "multipack/pipeline/batch_loader.hpp"
+#include "multipack/pipeline/epoch_loader.hpp"
 #include "multipack/pipeline/prefetcher.hpp"
 #include "multipack/schedule/plan.hpp"
 
@@ -239,7 +244,7 @@ std::uint64_t enqueue_batch_copies(const batch_view<T>& from, const batch_view<T
 
 }  // namespace detail
 
-template <token_dataset D, batch_token T = std::int32_t>
+template <token_dataset D, batch_token T = std::int32_t, class Host = batch_loader<D, T>>
   requires dataset_reads_as<D, T>
 class device_loader;
 template <batch_token T>
@@ -263,6 +268,7 @@ class device_batch {
       slot_ = other.slot_;
       view_ = other.view_;
       step_ = other.step_;
+      epoch_ = other.epoch_;
       rank_ = other.rank_;
       ready_ = other.ready_;
       waited_on_ = std::exchange(other.waited_on_, std::nullopt);
@@ -279,7 +285,9 @@ class device_batch {
   /// real_tokens...), readable on the host. On the host fallback, view().host() is the host
   /// batch.
   [[nodiscard]] const device_batch_view<T>& view() const noexcept { return view_; }
+  /// The batch's step in its epoch, and the epoch (the plan's; 0 for a loader made from steps).
   [[nodiscard]] std::uint64_t step() const noexcept { return step_; }
+  [[nodiscard]] std::uint64_t epoch() const noexcept { return epoch_; }
   [[nodiscard]] std::uint32_t rank() const noexcept { return rank_; }
   [[nodiscard]] bool on_device() const noexcept { return ring_ != nullptr; }
   [[nodiscard]] explicit operator bool() const noexcept { return ring_ != nullptr || static_cast<bool>(host_); }
@@ -320,21 +328,26 @@ class device_batch {
   }
 
  private:
-  template <token_dataset D, batch_token U>
+  template <token_dataset D, batch_token U, class Host>
     requires dataset_reads_as<D, U>
   friend class device_loader;
   friend class batch_stager<T>;
 
   device_batch(std::shared_ptr<detail::device_ring> ring, std::size_t slot, const batch_view<T>& view,
-               std::uint64_t step, std::uint32_t rank, cudaEvent_t ready) noexcept
+               std::uint64_t step, std::uint64_t epoch, std::uint32_t rank, cudaEvent_t ready) noexcept
       : ring_(std::move(ring)),
         slot_(slot),
         view_(device_batch_view<T>::over(view, true)),
         step_(step),
+        epoch_(epoch),
         rank_(rank),
         ready_(ready) {}
   explicit device_batch(host_lease host) noexcept
-      : view_(device_batch_view<T>::over(host->view, false)), step_(host->step), rank_(host->rank), host_(std::move(host)) {}
+      : view_(device_batch_view<T>::over(host->view, false)),
+        step_(host->step),
+        epoch_(host->epoch),
+        rank_(host->rank),
+        host_(std::move(host)) {}
   // The stager's host fallback: the caller's host batch, as it is.
   device_batch(const batch_view<T>& host, std::uint64_t step) noexcept
       : view_(device_batch_view<T>::over(host, false)), step_(step) {}
@@ -343,15 +356,22 @@ class device_batch {
   std::size_t slot_ = 0;
   device_batch_view<T> view_;
   std::uint64_t step_ = 0;
+  std::uint64_t epoch_ = 0;
   std::uint32_t rank_ = 0;
   cudaEvent_t ready_ = nullptr;
   std::optional<cudaStream_t> waited_on_;
   host_lease host_;  // the host fallback's batch (empty: none)
 };
 
-template <token_dataset D, batch_token T>
+/// `Host`: the loader whose workers build the host batches, batch_loader<D, T> (one epoch's
+/// plan, or steps) or epoch_loader<D, T> (several epochs as one stream: device_epoch_loader).
+template <token_dataset D, batch_token T, class Host>
   requires dataset_reads_as<D, T>
 class device_loader {
+  static constexpr bool spans_epochs = std::same_as<Host, epoch_loader<D, T>>;
+  static_assert(spans_epochs || std::same_as<Host, batch_loader<D, T>>,
+                "device_loader: the host loader is batch_loader<D, T> or epoch_loader<D, T>");
+
  public:
   using batch = device_batch<T>;
 
@@ -364,31 +384,52 @@ class device_loader {
   /// Cost: (prefetch.depth + batches_in_flight) pinned and batches_in_flight device buffers
   /// of layout.bytes<T>() bytes, allocated here and only here; prefetch.threads threads.
   template <plain_integral Rank>
+    requires(!spans_epochs)
   device_loader(std::shared_ptr<const D> dataset, std::shared_ptr<const epoch_plan> plan, Rank rank,
                 batch_options options, prefetch_options prefetch, const device_options& device = {},
                 std::uint64_t start_step = 0)
-      : options_((validate(prefetch), validate(device), device)),
+      : options_((validate(prefetch), validate(device), plan ? device : throw option_error("device_loader: no plan"))),
         on_device_(checked_device(device)),
         device_(on_device_ ? detail::current_device() : 0),
         copy_(make_copy_stream()),
-        ring_(make_ring(plan ? layout_of(*plan, options) : throw option_error("device_loader: no plan"))),
         pending_(make_pending(on_device_ ? prefetch.depth + device.batches_in_flight : 0)),
         loader_(std::move(dataset), std::move(plan), rank, with_memory(std::move(options)), with_depth(prefetch),
-                start_step) {}
+                start_step),
+        ring_(make_ring(loader_.layout())) {}
 
   /// The same for any step_range (see batch_loader's constructor for steps): batch i is
   /// step i's. Same cost, failure modes and thread safety.
   template <step_range Steps>
+    requires(!spans_epochs)
   device_loader(std::shared_ptr<const D> dataset, Steps steps, batch_options options, prefetch_options prefetch,
                 const device_options& device = {})
+      : options_((validate(prefetch), validate(device), dataset ? device : throw option_error("device_loader: no dataset"))),
+        on_device_(checked_device(device)),
+        device_(on_device_ ? detail::current_device() : 0),
+        copy_(make_copy_stream()),
+        pending_(make_pending(on_device_ ? prefetch.depth + device.batches_in_flight : 0)),
+        loader_(std::move(dataset), std::move(steps), with_memory(std::move(options)), with_depth(prefetch)),
+        ring_(make_ring(loader_.layout())) {}
+
+  /// device_epoch_loader: rank `rank`'s batches of the epochs `epochs`, each planned by
+  /// `planner` (see epoch_loader: the first on this thread, every later one on its planning
+  /// thread while the epoch before trains), as one stream. The buffers, the copy stream and
+  /// the threads are made here and serve every epoch: no cudaHostAlloc, cudaMalloc, thread
+  /// start or synchronous copy at an epoch boundary. Throws cuda_error as the constructor
+  /// above, and what epoch_loader's constructor throws (bad range, rank, mask, options, the
+  /// planner's errors). Cost: that constructor's, plus the buffers and threads above.
+  template <plain_integral Rank>
+    requires spans_epochs
+  device_loader(std::shared_ptr<const D> dataset, epoch_planner planner, Rank rank, batch_options options,
+                prefetch_options prefetch, const device_options& device = {}, const epoch_range& epochs = {})
       : options_((validate(prefetch), validate(device), device)),
         on_device_(checked_device(device)),
         device_(on_device_ ? detail::current_device() : 0),
         copy_(make_copy_stream()),
-        ring_(make_ring(dataset ? checked_layout_of(*dataset, steps, options.capacity, options.pad_to_multiple)
-                                : throw option_error("device_loader: no dataset"))),
         pending_(make_pending(on_device_ ? prefetch.depth + device.batches_in_flight : 0)),
-        loader_(std::move(dataset), std::move(steps), with_memory(std::move(options)), with_depth(prefetch)) {}
+        loader_(std::move(dataset), std::move(planner), rank, with_memory(std::move(options)), with_depth(prefetch),
+                epochs),
+        ring_(make_ring(loader_.layout())) {}
 
   device_loader(const device_loader&) = delete;
   device_loader& operator=(const device_loader&) = delete;
@@ -425,6 +466,7 @@ class device_loader {
     if (!host) return std::nullopt;
     const batch_view<T>& from = (*host)->view;
     const std::uint64_t step = (*host)->step;  // read now: once queued, the lease may go at any time
+    const std::uint64_t epoch = (*host)->epoch;
     const std::uint32_t rank = (*host)->rank;
 
     if (slot.timing_pending) add_timing(slot);
@@ -450,20 +492,31 @@ class device_loader {
     ++pending_tail_;
 
     claimed.keep();
-    return batch(ring_, claimed.index(), to, step, rank, slot.copied.get());
+    return batch(ring_, claimed.index(), to, step, epoch, rank, slot.copied.get());
   }
 
   /// Statistics so far. Consumer thread only. O(1).
   [[nodiscard]] device_statistics statistics() const {
     device_statistics s = copies_;
-    s.host = loader_.statistics();
+    if constexpr (spans_epochs)
+      s.host = loader_.statistics().prefetch;
+    else
+      s.host = loader_.statistics();
     s.on_device = on_device_;
     return s;
   }
 
+  /// The host loader's own statistics (epoch_loader_statistics for device_epoch_loader: the
+  /// waits at the epoch boundaries). Consumer thread only. O(1).
+  [[nodiscard]] auto host_statistics() const { return loader_.statistics(); }
+
   [[nodiscard]] bool on_device() const noexcept { return on_device_; }
   [[nodiscard]] const batch_layout& layout() const noexcept { return loader_.layout(); }
-  [[nodiscard]] const epoch_plan& plan() const { return loader_.plan(); }
+  [[nodiscard]] const epoch_plan& plan() const
+    requires(!spans_epochs)
+  {
+    return loader_.plan();
+  }
   [[nodiscard]] std::uint32_t rank() const noexcept { return loader_.rank(); }
   /// The stream the copies run on (nullptr on the host fallback).
   [[nodiscard]] cudaStream_t copy_stream() const noexcept { return copy_ ? copy_->get() : nullptr; }
@@ -534,7 +587,7 @@ class device_loader {
     release_finished_copies();
   }
 
-  using host_lease = typename batch_loader<D, T>::lease;
+  using host_lease = typename Host::lease;
   struct pending_copy {
     std::optional<host_lease> lease;
     event copied;  ///< recorded on the copy stream after the copy from the lease's buffer
@@ -553,14 +606,21 @@ class device_loader {
   int device_;  // current at construction: made current again wherever the loader calls CUDA
   std::unique_ptr<pinned_memory_resource> pinned_;  // outlives the loader's buffers
   std::optional<stream> copy_;
-  std::shared_ptr<detail::device_ring> ring_;  // shared with the batches handed out
   // Pinned buffers whose copy is queued, oldest first, in a ring of one entry per pinned
   // buffer: added at the tail, given back from the head once their event has passed.
   std::vector<pending_copy> pending_;
   std::size_t pending_head_ = 0;
   std::size_t pending_tail_ = 0;
   device_statistics copies_;  // the copy counts; statistics() adds the host side
-  batch_loader<D, T> loader_;  // last: its workers write into pinned_'s memory
+  Host loader_;  // after pinned_: its workers write into pinned_'s memory
+  // After loader_, whose layout (for an epoch_loader, known once it made the first plan) sizes
+  // the device buffers. Shared with the batches handed out.
+  std::shared_ptr<detail::device_ring> ring_;
 };
+
+/// A device_loader over an epoch_loader: several epochs as one stream, every buffer made once.
+template <token_dataset D, batch_token T = std::int32_t>
+  requires dataset_reads_as<D, T>
+using device_epoch_loader = device_loader<D, T, epoch_loader<D, T>>;
 
 }  // namespace multipack::cuda
