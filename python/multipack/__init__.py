@@ -450,7 +450,7 @@ class _Batches:
             # The epoch is over: the C++ loader's next batch is the next epoch's first, which
             # its workers may be building already.
             loader = self._loader
-            if loader.epoch < _UINT64:
+            if loader.epoch + 1 < _UINT64:  # a C++ loader runs up to epoch 2^64 - 2
                 loader._batches_key = (loader.epoch + 1, 0, 0)
             loader._next_step = 0
             self._batches = None

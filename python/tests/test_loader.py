@@ -261,3 +261,9 @@ def test_an_epoch_out_of_sequence_restarts_the_loader(prefix):
     got = [b["input_ids"].copy() for b in loader]  # epoch 2 again, from its first step
     assert len(got) == len(expected) and all(np.array_equal(a, b) for a, b in zip(got, expected))
     loader.close()
+    # The last epochs there are: a C++ loader runs up to epoch 2^64 - 2, the next starts another.
+    top = multipack.Loader(prefix, epoch=2**64 - 2, **options)
+    assert [b["epoch"] for b in top] == [2**64 - 2] * len(top)
+    top.set_epoch(2**64 - 1)
+    assert [b["epoch"] for b in top] == [2**64 - 1] * len(top) and len(top) > 0
+    top.close()
