@@ -122,7 +122,7 @@ void add_load_command(CLI::App& app, load_command_options& o, std::function<int(
   command->add_option("--dump-count", o.dump_count, "batches --dump-batches writes")->capture_default_str()
       ->check(non_negative_integer);
   command->add_option("--pipeline", o.pipeline,
-                      "plan: batch_loader over each epoch's plan_epoch; views: dataset | views::pack | views::shard "
+                      "plan: one epoch_loader over every epoch's plan_epoch; views: dataset | views::pack | views::shard "
                       "| std::views::drop(start step) | views::prefetch")
       ->capture_default_str()
       ->check(CLI::IsMember({"plan", "views"}));

@@ -195,6 +195,7 @@ def loader_rows(repeat, threads):
         tokens_seen += batch["input_ids"].size
     ours = time.perf_counter() - start
     steps = len(loader)
+    loader.close()  # its workers would build the next epoch beside the baseline
 
     sizes, pointers = read_index(prefix)
     tokens = np.memmap(prefix + ".bin", np.uint16, "r")

@@ -382,13 +382,13 @@ class Loader(_Epochs):
         if not len(steps):
             batches = None
         elif self._batches is not None and not self._batches.closed and self._batches_key == key:
-            batches = self._batches  # started ahead: by the constructor, load_state_dict, or the last epoch
+            batches = self._batches  # started ahead: by the constructor, or the last epoch's iteration
         else:
             batches = self._start(steps.start)
         self._batches_key = None  # being taken
         if batches is None:
             self._next_step = 0
-        return _Batches(self, batches, len(steps))
+        return _Batches(self, batches, len(steps), self.epoch)
 
     @staticmethod
     def _as_torch(batch: Dict[str, Any]) -> Dict[str, Any]:
@@ -408,8 +408,9 @@ class Loader(_Epochs):
         return self._last_statistics
 
     def close(self) -> None:
-        """Stops and joins the worker threads and the planning thread. Batches still referenced
-        stay valid."""
+        """Stops and joins the worker threads and the planning thread, which finishes the plan
+        it makes first (up to one planning's time: the next epoch's is made from the start).
+        Batches still referenced stay valid."""
         if self._batches is not None:
             if not self._batches.closed:
                 self._last_statistics = self._batches.statistics()
@@ -431,37 +432,41 @@ class Loader(_Epochs):
 
 class _Batches:
     """One iteration of a Loader: the epoch's steps. Holds no batch between calls, so a batch
-    the loop drops goes back to the pool at once. At the epoch's end the C++ loader goes on
-    with the next epoch, for the next iteration; stopped early (``break``, ``close()``,
-    collected), it stops the workers."""
+    the loop drops goes back to the pool at once. Once the epoch's last step is handed out, the
+    C++ loader goes on with the next epoch, for the next iteration; stopped before (``break``,
+    ``close()``, collected), it stops the workers."""
 
-    def __init__(self, loader: Loader, batches, steps: int):
+    def __init__(self, loader: Loader, batches, steps: int, epoch: int):
         self._loader = loader
         self._batches = batches
-        self._left = steps  # steps of the epoch still to hand out
+        self._left = steps   # steps of the epoch still to hand out
+        self._epoch = epoch  # the epoch iterated (set_epoch may change the loader's in the loop)
 
     def __iter__(self) -> "_Batches":
         return self
 
     def __next__(self) -> Dict[str, Any]:
+        if self._left == 0:
+            self._loader._next_step = 0
+            raise StopIteration
         if self._batches is None:
             raise StopIteration
-        if self._left == 0:
-            # The epoch is over: the C++ loader's next batch is the next epoch's first, which
-            # its workers may be building already.
-            loader = self._loader
-            if loader.epoch + 1 < _UINT64:  # a C++ loader runs up to epoch 2^64 - 2
-                loader._batches_key = (loader.epoch + 1, 0, 0)
-            loader._next_step = 0
-            self._batches = None
-            raise StopIteration
         batch = self._batches.next()
-        if batch is None:  # past epoch 2^64 - 1
+        if batch is None:  # the C++ loader ended before the epoch did: not while the plans agree
             self._loader._next_step = 0
             self.close()
             raise StopIteration
+        if batch["epoch"] != self._epoch:
+            raise RuntimeError(f"Loader: a batch of epoch {batch['epoch']} in the iteration of epoch {self._epoch}")
         self._left -= 1
         self._loader._next_step = batch["step"] + 1
+        if self._left == 0:
+            # The epoch's last step: the C++ loader's next batch is the next epoch's first,
+            # which its workers may be building already. Said now, not at StopIteration, which
+            # a loop that counts its steps (islice, zip) never reaches.
+            if self._epoch + 1 < _UINT64:  # a C++ loader runs up to epoch 2^64 - 2
+                self._loader._batches_key = (self._epoch + 1, 0, 0)
+            self._batches = None
         return self._loader._as_torch(batch) if self._loader.as_torch else batch
 
     def close(self) -> None:

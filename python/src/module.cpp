@@ -20,6 +20,7 @@
 
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <filesystem>
 #include <limits>
 #include <memory>
@@ -282,9 +283,9 @@ struct loader_arguments {
 
 /// The plans of an epoch loader, shared by its planner (the planning thread) and Python: the
 /// first epoch's is Python's own, handed over once; each later one is made on the planning
-/// thread, into the memory of a plan let go (the Python plans' recycler), and noted, so that
-/// Python's plan of that epoch (len(), the steps of its iteration) is the same object rather
-/// than a second planning at the epoch boundary. Thread-safe.
+/// thread, into the memory of a plan let go (the Python plans' recycler), and kept until
+/// Python takes it, so that Python's plan of that epoch (len(), the steps of its iteration) is
+/// the same object rather than a second planning at the epoch boundary. Thread-safe.
 class loader_plans {
  public:
   loader_plans(std::shared_ptr<const std::vector<std::uint32_t>> lengths, plan_arguments arguments,
@@ -316,8 +317,8 @@ class loader_plans {
       const std::lock_guard lock(mutex_);
       planning_.reset();
       if (plan) {
-        made_[1] = std::move(made_[0]);
-        made_[0] = {epoch, plan};
+        unclaimed_.emplace_back(epoch, plan);
+        if (unclaimed_.size() > most_unclaimed) unclaimed_.pop_front();
       }
     }
     made_or_failed_.notify_all();
@@ -325,15 +326,18 @@ class loader_plans {
     return plan;
   }
 
-  /// The plan the planner made for `epoch` (at step 0), if something still holds it: waits
-  /// while the planner makes it. Null otherwise (the caller plans it itself).
+  /// The plan the planner made for `epoch` (at step 0), if not taken yet: waits while the
+  /// planner makes it; lets go of the plans of the epochs before (the epochs go in order).
+  /// Null otherwise (the caller plans it itself).
   [[nodiscard]] std::shared_ptr<const epoch_plan> made(std::uint64_t epoch) {
     std::unique_lock lock(mutex_);
     made_or_failed_.wait(lock, [&] { return planning_ != epoch; });
-    for (const auto& [e, plan] : made_)
-      if (e == epoch)
-        if (std::shared_ptr<const epoch_plan> held = plan.lock()) return held;
-    return nullptr;
+    std::shared_ptr<const epoch_plan> taken;
+    while (!unclaimed_.empty() && unclaimed_.front().first <= epoch) {
+      if (unclaimed_.front().first == epoch) taken = std::move(unclaimed_.front().second);
+      unclaimed_.pop_front();
+    }
+    return taken;
   }
 
  private:
@@ -345,9 +349,12 @@ class loader_plans {
   std::condition_variable made_or_failed_;
   std::shared_ptr<const epoch_plan> first_;  // until the loader takes it
   std::optional<std::uint64_t> planning_;    // the epoch the planner is making
-  // The last two plans made, not kept alive here: a plan goes back to the recycler when the
-  // loader and Python let it go.
-  std::pair<std::uint64_t, std::weak_ptr<const epoch_plan>> made_[2];
+  // The plans made and not taken yet, in epoch order. The loader lets a plan go once its
+  // steps are built, which for an epoch of a few steps is before Python asks for it; the
+  // planner runs ahead of Python by one epoch, or, with epochs of fewer steps than the
+  // prefetch depth, a few (small) ones: beyond most_unclaimed the oldest goes.
+  static constexpr std::size_t most_unclaimed = 8;
+  std::deque<std::pair<std::uint64_t, std::shared_ptr<const epoch_plan>>> unclaimed_;
 };
 
 /// epoch_loader over a Dataset, for Python: from a Plan of its first epoch (and step) on,

@@ -243,6 +243,33 @@ def test_one_loader_spans_the_epochs(prefix):
     assert threads_of_process() == before
 
 
+def test_a_loop_that_counts_its_steps_and_short_epochs_keep_the_loader(prefix):
+    """islice(loader, len(loader)) never reaches StopIteration: the next epoch continues the C++
+    loader all the same. Epochs of fewer steps than the prefetch depth: the loader lets each
+    plan go before Python asks for it, and Python still takes the planning thread's."""
+    loader = multipack.Loader(prefix, capacity=2048, micro_batch=2, world_size=1, rank=0, seed=3)
+    running = loader._batches
+    for epoch in range(3):
+        loader.set_epoch(epoch)
+        assert [b["epoch"] for b in itertools.islice(loader, len(loader))] == [epoch] * len(loader)
+        assert loader._batches is running
+    loader.close()
+    short = multipack.Loader(prefix, capacity=65536, micro_batch=4, world_size=1, rank=0, depth=8,
+                             algorithm="randomized-exact-fit")
+    running = short._batches
+    assert len(short) < 8
+    for epoch in range(5):
+        short.set_epoch(epoch)
+        with multipack.Loader(prefix, capacity=65536, micro_batch=4, world_size=1, rank=0, epoch=epoch,
+                              algorithm="randomized-exact-fit") as fresh:
+            expected = [b["input_ids"].copy() for b in fresh]
+        got = [b["input_ids"].copy() for b in short]
+        assert len(got) == len(expected) and all(np.array_equal(a, b) for a, b in zip(got, expected))
+        assert short._batches is running
+    assert short._plans_made == 1, "the later epochs are the planning thread's plans"
+    short.close()
+
+
 def test_an_epoch_out_of_sequence_restarts_the_loader(prefix):
     """The next iteration continues the C++ loader only when it is the next epoch from step 0:
     the same epoch again, an epoch skipped, a break or a resume start another."""
@@ -259,6 +286,15 @@ def test_an_epoch_out_of_sequence_restarts_the_loader(prefix):
         break  # stops the workers
     assert loader._batches is None or loader._batches.closed
     got = [b["input_ids"].copy() for b in loader]  # epoch 2 again, from its first step
+    assert len(got) == len(expected) and all(np.array_equal(a, b) for a, b in zip(got, expected))
+    loader.close()
+    # set_epoch inside the loop, at the last step: the next iteration is the epoch set last.
+    loader = multipack.Loader(prefix, **options)
+    for b in loader:
+        if b["step"] == len(loader) - 1:
+            loader.set_epoch(1)
+    loader.set_epoch(2)
+    got = [b["input_ids"].copy() for b in loader]
     assert len(got) == len(expected) and all(np.array_equal(a, b) for a, b in zip(got, expected))
     loader.close()
     # The last epochs there are: a C++ loader runs up to epoch 2^64 - 2, the next starts another.

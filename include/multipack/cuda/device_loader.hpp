@@ -285,7 +285,8 @@ class device_batch {
   /// real_tokens...), readable on the host. On the host fallback, view().host() is the host
   /// batch.
   [[nodiscard]] const device_batch_view<T>& view() const noexcept { return view_; }
-  /// The batch's step in its epoch, and the epoch (the plan's; 0 for a loader made from steps).
+  /// The batch's step in its epoch, and the epoch: the plan's (device_loader over a plan), the
+  /// epoch_range's count (device_epoch_loader), 0 for a loader made from steps.
   [[nodiscard]] std::uint64_t step() const noexcept { return step_; }
   [[nodiscard]] std::uint64_t epoch() const noexcept { return epoch_; }
   [[nodiscard]] std::uint32_t rank() const noexcept { return rank_; }
@@ -538,6 +539,9 @@ class device_loader {
 
   std::shared_ptr<detail::device_ring> make_ring(const batch_layout& layout) const {
     if (!on_device_) return nullptr;
+    // Made after the host loader, whose constructor runs the caller's planner (which may
+    // change the current device): on the loader's device all the same.
+    const detail::device_scope on(device_);
     validate(layout);
     return std::make_shared<detail::device_ring>(options_.batches_in_flight, layout.bytes<T>(), options_.time_copies);
   }
