@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The device check, for a machine with an NVIDIA GPU, in under 5 minutes: builds the CUDA
 # tests and multipack-bench, runs every test labelled cuda (the device ones, skipped
-# elsewhere, included), then `multipack-bench load --device` at six settings; where python3
+# elsewhere, included), then `multipack-bench load --device` at seven settings (the last over
+# three epochs through one device_epoch_loader: the boundary waits); where python3
 # has PyTorch with CUDA, builds the libtorch device test against its libtorch and runs it
 # (torch.real.device_tensors); prints a table last. Figures and logs go to $OUT (or
 # build-gpu/out).
@@ -57,6 +58,7 @@ runs=(
   "int64-step5|--micro-batch 16 --capacity 4096 --repeat-data 40 --step-ms 5 --max-steps 300 --int64"
   "int64-pad64-step5|--micro-batch 16 --capacity 4096 --repeat-data 40 --step-ms 5 --max-steps 300 --int64 --pad-to-multiple 64"
   "int64-1x65536-step5|--micro-batch 1 --capacity 65536 --repeat-data 40 --step-ms 5 --max-steps 300 --int64"
+  "int32-3epochs-step5|--micro-batch 16 --capacity 4096 --repeat-data 10 --step-ms 5 --epochs 3"
 )
 for entry in "${runs[@]}"; do
   name=${entry%%|*}
@@ -95,12 +97,13 @@ rows = []
 for path in sorted(glob.glob(os.path.join(sys.argv[1], "load-*.json"))):
     r = json.load(open(path))
     name = os.path.basename(path)[5:-5]
-    rows.append("| {} | {} | {:.2f} | {:.2f} | {:.3f} | {:.2f} | {:.3f} % | {} | {:.2f} |".format(
+    rows.append("| {} | {} | {:.2f} | {:.2f} | {:.3f} | {:.2f} | {:.3f} % | {} | {:.2f} | {:.0f} / {:.0f} us |".format(
         name, r["batches"], r["h2d_bytes_per_second"] / 1e9, r["pinned_peak_bytes_per_second"] / 1e9,
         r["h2d_over_pinned_peak"], r["pageable_bytes_per_second"] / 1e9, 100 * r["trainer_stream_wait_fraction"],
-        r["pinned_allocations_after_start"], r["output_bytes_per_second"] / 1e9))
-print("| run (16 x 4096 unless named, prompts masked, 4 threads, depth 8, 3 in flight) | batches | h2d GB/s | pinned peak GB/s | h2d / peak | pageable GB/s | trainer stream waited | pinned allocations after start | host build GB/s |")
-print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+        r["pinned_allocations_after_start"], r["output_bytes_per_second"] / 1e9,
+        1e6 * r["max_epoch_switch_seconds"], 1e6 * r["max_step_wait_seconds"]))
+print("| run (16 x 4096 unless named, prompts masked, 4 threads, depth 8, 3 in flight) | batches | h2d GB/s | pinned peak GB/s | h2d / peak | pageable GB/s | trainer stream waited | pinned allocations after start | host build GB/s | longest wait: a boundary / any other step |")
+print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 print("\n".join(rows) if rows else "| (no load run succeeded) |")
 PY
 exit "$tests_ok"
