@@ -138,13 +138,9 @@ device_totals run_device_epochs(const load_command_options& o, const load_inputs
   {
     progress p(fmt::format("loading rank {}'s batches of {} epoch(s) to the device ({} thread(s), depth {}, {} in flight)",
                            o.rank, o.epochs, o.threads, o.depth, o.batches_in_flight));
-    // The first epoch's plan is made already (prepare_load), as for the host run.
-    const epoch_planner planner = [&in, first = o.schedule.epoch](std::uint64_t epoch) {
-      return epoch == first ? in.first_plan : in.plan_for(epoch);
-    };
     const clock::time_point start = clock::now();
-    auto loader = std::make_unique<loader_type>(in.dataset, planner, o.rank, in.batching, in.prefetch, device,
-                                                epoch_range{o.schedule.epoch, o.epochs, o.schedule.start_step});
+    auto loader = std::make_unique<loader_type>(in.dataset, in.planner(o.schedule.epoch), o.rank, in.batching,
+                                                in.prefetch, device, epoch_range{o.schedule.epoch, o.epochs, o.schedule.start_step});
     t.startup_seconds = seconds_since(start);
     t.rss_before_first_batch_bytes = pipeline_rss_bytes();
     const std::uint64_t pinned_at_start = loader->pinned_memory()->allocations();
@@ -172,12 +168,7 @@ device_totals run_device_epochs(const load_command_options& o, const load_inputs
     d.copy_seconds = s.copy_seconds;
     d.timed_bytes = s.timed_bytes;
     d.pinned_allocations_after_start = loader->pinned_memory()->allocations() - pinned_at_start;
-    t.add_prefetch(s.host);
-    const epoch_loader_statistics e = loader->host_statistics();
-    t.later_plan_seconds = e.planning_seconds;
-    t.epoch_switch_seconds = e.boundary_wait_seconds;
-    t.max_epoch_switch_seconds = e.max_boundary_wait_seconds;
-    t.max_step_wait_seconds = e.max_step_wait_seconds;
+    t.add_epoch_loader(loader->host_statistics());
     span_end.record(trainer.get());
     trainer.synchronize();
     t.seconds = seconds_since(start);

@@ -25,6 +25,7 @@
 #include "multipack/data/indexed_dataset.hpp"
 #include "multipack/data/loss_mask.hpp"
 #include "multipack/pipeline/batch_loader.hpp"
+#include "multipack/pipeline/epoch_loader.hpp"
 #include "multipack/pipeline/prefetcher.hpp"
 #include "multipack/schedule/plan.hpp"
 
@@ -112,6 +113,15 @@ struct load_totals {
     ready_sum += s.mean_ready * static_cast<double>(s.batches);
     max_ready = std::max(max_ready, s.max_ready);
   }
+  /// Takes the figures of the run's one epoch_loader (at the end of the run): its prefetcher's,
+  /// the later epochs' planning, and the waits at the epoch boundaries.
+  void add_epoch_loader(const epoch_loader_statistics& s) {
+    add_prefetch(s.prefetch);
+    later_plan_seconds = s.planning_seconds;
+    epoch_switch_seconds = s.boundary_wait_seconds;
+    max_epoch_switch_seconds = s.max_boundary_wait_seconds;
+    max_step_wait_seconds = s.max_step_wait_seconds;
+  }
 };
 
 /// Resident memory once the pipeline is built and its loader started: what the pipeline holds
@@ -144,6 +154,12 @@ struct load_inputs {
   /// Epoch e's plan: the first's options with epoch e.
   [[nodiscard]] std::shared_ptr<const epoch_plan> plan_for(std::uint64_t epoch) const {
     return std::make_shared<const epoch_plan>(plan_epoch(lengths, packing, with_epoch(first_schedule, epoch)));
+  }
+
+  /// An epoch loader's planner from epoch `first` on: the first epoch's plan is made already
+  /// (prepare_load), every later one is plan_for(e). Refers to this object.
+  [[nodiscard]] epoch_planner planner(std::uint64_t first) const {
+    return [this, first](std::uint64_t epoch) { return epoch == first ? first_plan : plan_for(epoch); };
   }
 };
 

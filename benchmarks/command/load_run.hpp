@@ -104,18 +104,14 @@ void run_host_epochs(const load_command_options& o, const load_inputs& in, load_
   batch_dumper dumper(o.dump_batches, o.dump_count, o.epochs > 1, o.rank);
   progress p(fmt::format("loading rank {}'s batches of {} epoch(s) ({} thread(s), depth {})", o.rank, o.epochs,
                          o.threads, o.depth));
-  // The first epoch's plan is made already (prepare_load): the loader takes it, and plans the
-  // later ones on its planning thread.
-  const epoch_planner planner = [&in, first = o.schedule.epoch](std::uint64_t epoch) {
-    return epoch == first ? in.first_plan : in.plan_for(epoch);
-  };
   // The clock starts before the loader is made (its buffers allocated, its workers started:
   // startup_seconds): the workers may build batches before the constructor returns to this
   // thread (a machine with fewer cores than threads + 1), and all their work must be inside
   // `seconds`.
   const clock::time_point start = clock::now();
-  auto loader = std::make_unique<loader_type>(in.dataset, planner, o.rank, in.batching, in.prefetch,
-                                              epoch_range{o.schedule.epoch, o.epochs, o.schedule.start_step});
+  const epoch_range epochs{o.schedule.epoch, o.epochs, o.schedule.start_step};
+  auto loader = std::make_unique<loader_type>(in.dataset, in.planner(o.schedule.epoch), o.rank, in.batching,
+                                              in.prefetch, epochs);
   t.startup_seconds = seconds_since(start);
   t.rss_before_first_batch_bytes = pipeline_rss_bytes();
   trainer_clock trainer(o.step_ms);
@@ -125,12 +121,7 @@ void run_host_epochs(const load_command_options& o, const load_inputs& in, load_
     train_on((*lease)->view, (*lease)->epoch, (*lease)->step, t, dumper, trainer);
   }
   const clock::time_point end = clock::now();
-  const epoch_loader_statistics s = loader->statistics();
-  t.add_prefetch(s.prefetch);
-  t.later_plan_seconds = s.planning_seconds;
-  t.epoch_switch_seconds = s.boundary_wait_seconds;
-  t.max_epoch_switch_seconds = s.max_boundary_wait_seconds;
-  t.max_step_wait_seconds = s.max_step_wait_seconds;
+  t.add_epoch_loader(loader->statistics());
   finish_run(t, dumper, end - start);
   loader.reset();  // stopped mid-epoch with --max-steps: its workers finish their batch and join
 }
