@@ -95,10 +95,45 @@ def read_prompt_lengths(path: Union[str, os.PathLike]) -> np.ndarray:
     return _multipack.read_prompt_lengths(os.fspath(path))
 
 
+def _fixed(name: str, doc: str) -> property:
+    """An option every plan is made with (and, for a loader, its running C++ loader): read-only
+    after construction, since assigning it could change neither the plans already made nor the
+    one a loader's planning thread is making, and ``state_dict`` would then describe a run that
+    did not happen."""
+
+    def refuse(self, value):
+        kind = type(self).__name__
+        raise AttributeError(f"{kind}.{name} is fixed when the {kind} is made (its plans are made with it): "
+                             f"make a new {kind} instead")
+
+    return property(lambda self: self.__dict__["_" + name], refuse, doc=doc)
+
+
 class _Epochs:
     """What the sampler and the loader share: the options of the plan, one plan an epoch (made
     when first needed, in C++ without the GIL; packed into the memory of a plan let go before,
     once nothing holds it, as the C++ plan_each_epoch does), and the position for resuming."""
+
+    world_size = _fixed("world_size", "The ranks sharing each step.")
+    rank = _fixed("rank", "This process's rank, in [0, world_size).")
+    micro_batch = _fixed("micro_batch", "Rows a rank takes each step.")
+    capacity = _fixed("capacity", "Tokens a row holds.")
+    seed = _fixed("seed", "The seed of every epoch's order of rows (and packing, for 'randomized-exact-fit').")
+    max_per_row = _fixed("max_per_row", "The most samples in a row (0: no limit).")
+    pack_threads = _fixed("pack_threads", "Threads that pack each epoch's plan (the same plan for any count).")
+    algorithm = _fixed("algorithm", "The packing algorithm.")
+    overlong = _fixed("overlong", "What happens to a sample longer than a row.")
+    remainder = _fixed("remainder", "What happens to the rows that do not fill a last step.")
+    balance = _fixed("balance", "Whether each step's rows are balanced across the ranks.")
+
+    @property
+    def epoch(self) -> int:
+        """The epoch the next iteration trains on. Assigning it is ``set_epoch``."""
+        return self._epoch
+
+    @epoch.setter
+    def epoch(self, epoch: int) -> None:
+        self.set_epoch(epoch)
 
     def __init__(self, lengths, capacity, micro_batch, world_size, rank, seed, epoch, algorithm, overlong,
                  max_per_row, remainder, balance, pack_threads):
@@ -106,20 +141,20 @@ class _Epochs:
             env = distributed_env()
             world_size = env["world_size"] if world_size is None else world_size
             rank = env["rank"] if rank is None else rank
-        self.world_size = _count("world_size", world_size, 1)
-        self.rank = _count("rank", rank)
+        self._world_size = _count("world_size", world_size, 1)
+        self._rank = _count("rank", rank)
         if self.rank >= self.world_size:
             raise ValueError(f"rank {self.rank} is outside the world of {self.world_size} ranks")
-        self.micro_batch = _count("micro_batch", micro_batch, 1)
-        self.capacity = _count("capacity", capacity, 1)
-        self.seed = _count("seed", seed, 0, _UINT64)
-        self.epoch = _count("epoch", epoch, 0, _UINT64)
-        self.max_per_row = _count("max_per_row", max_per_row)
-        self.pack_threads = _count("pack_threads", pack_threads, 1)
-        self.algorithm = _name("algorithm", algorithm)
-        self.overlong = _name("overlong", overlong)
-        self.remainder = _name("remainder", remainder)
-        self.balance = bool(balance)
+        self._micro_batch = _count("micro_batch", micro_batch, 1)
+        self._capacity = _count("capacity", capacity, 1)
+        self._seed = _count("seed", seed, 0, _UINT64)
+        self._epoch = _count("epoch", epoch, 0, _UINT64)
+        self._max_per_row = _count("max_per_row", max_per_row)
+        self._pack_threads = _count("pack_threads", pack_threads, 1)
+        self._algorithm = _name("algorithm", algorithm)
+        self._overlong = _name("overlong", overlong)
+        self._remainder = _name("remainder", remainder)
+        self._balance = bool(balance)
         self._lengths = lengths
         arguments = _multipack.PlanArguments()
         arguments.capacity = self.capacity
@@ -170,8 +205,8 @@ class _Epochs:
         """The epoch the next iteration trains on: a new order of rows (and, for
         'randomized-exact-fit', a new packing), from its first step."""
         epoch = _count("epoch", epoch, 0, _UINT64)
-        if epoch != self.epoch:
-            self.epoch = epoch
+        if epoch != self._epoch:
+            self._epoch = epoch
             self._start_step = self._next_step = 0
             self._consumed_rows = 0
 
@@ -195,7 +230,7 @@ class _Epochs:
         if _count("seed", state["seed"], 0, _UINT64) != self.seed:
             raise ValueError(f"load_state_dict: the state was saved with seed {state['seed']}, this one has "
                              f"seed {self.seed}: its plan would be another")
-        self.epoch = _count("epoch", state["epoch"], 0, _UINT64)
+        self._epoch = _count("epoch", state["epoch"], 0, _UINT64)
         step = _count("step", state["step"], 0, _UINT64)
         if state["world_size"] == self.world_size and state["micro_batch"] == self.micro_batch:
             # The same plan as the saving run's: its step `step`.
@@ -221,9 +256,9 @@ class BatchSampler(_Epochs, _SamplerBase):
     Each item is one step's micro-batch: ``micro_batch`` rows, each a list of sample indices
     (axolotl's shape; a padding row that completes the last step is ``[]``, unless
     ``remainder='drop'``). ``len()`` is exact and the same on every rank. ``set_epoch(e)``
-    gives epoch e's order (and packing, for 'randomized-exact-fit'); ``state_dict()`` /
-    ``load_state_dict()`` resume mid-epoch exactly (torchdata's ``StatefulDataLoader``
-    protocol).
+    gives epoch e's order (and packing, for 'randomized-exact-fit'), as assigning ``epoch``
+    does; ``state_dict()`` / ``load_state_dict()`` resume mid-epoch exactly (torchdata's
+    ``StatefulDataLoader`` protocol). The other options are read-only attributes.
 
     ``world_size``/``rank`` default to the launcher's environment (``distributed_env``).
     ``pack_threads`` packs each epoch's plan on that many threads, as ``pack(threads=...)``: the
@@ -289,9 +324,11 @@ class Loader(_Epochs):
 
     The GIL is released while the loop waits and while the workers build. ``break`` followed by
     the loop's end, ``close()``, ``with`` or garbage collection stops the threads. ``len()`` is
-    the epoch's step count; ``set_epoch``, ``state_dict``, ``load_state_dict`` as in
-    ``BatchSampler``; ``start_step`` starts the first iteration later. One thread iterates.
+    the epoch's step count; ``set_epoch`` (or assigning ``epoch``), ``state_dict``,
+    ``load_state_dict`` and the read-only options as in ``BatchSampler``; ``start_step`` starts the first iteration later. One thread iterates.
     """
+
+    dataset = _fixed("dataset", "The samples: the datasets of ``paths``, concatenated.")
 
     def __init__(self, paths, capacity: int = 4096, micro_batch: int = 1, world_size: Optional[int] = None,
                  rank: Optional[int] = None, epoch: int = 0, seed: int = 0, algorithm: str = "exact-fit",
@@ -299,7 +336,7 @@ class Loader(_Epochs):
                  prompt_lengths=None, loss_mask=None, train_on_inputs: bool = False, threads: int = 2,
                  depth: int = 4, start_step: int = 0, dtype=np.int32, pad_to_multiple: int = 0,
                  ignore_index: int = -100, pad_token_id: int = 0, as_torch: bool = False, pack_threads: int = 1):
-        self.dataset = _multipack.Dataset(_paths(paths))
+        self._dataset = _multipack.Dataset(_paths(paths))
         dtype = np.dtype(dtype)
         if dtype not in (np.dtype(np.int32), np.dtype(np.int64)):
             raise ValueError(f"dtype must be int32 or int64, got {dtype}")

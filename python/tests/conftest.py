@@ -11,6 +11,11 @@ SOURCE = pathlib.Path(os.environ.get("MULTIPACK_SOURCE_DIR", pathlib.Path(__file
 ALPACA = SOURCE / "data" / "alpaca"
 PREFIX = ALPACA / "alpaca_llama"
 
+# Every option the sampler's and the loader's plans are made with, and another value for each.
+FIXED_OPTIONS = {"world_size": 2, "rank": 1, "micro_batch": 3, "capacity": 1024, "seed": 8, "max_per_row": 4,
+                 "pack_threads": 2, "algorithm": "next-fit", "overlong": "truncate", "remainder": "drop",
+                 "balance": False}
+
 
 @pytest.fixture(scope="session")
 def prefix() -> str:

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import multipack
-from conftest import run_bench, threads_of_process
+from conftest import FIXED_OPTIONS, run_bench, threads_of_process
 
 ARRAYS = ["input_ids", "labels", "position_ids", "sequence_ids", "cu_seqlens"]
 
@@ -241,6 +241,27 @@ def test_one_loader_spans_the_epochs(prefix):
     assert loader._recycler.reused >= 1
     loader.close()
     assert threads_of_process() == before
+
+
+def test_the_plan_options_and_the_dataset_are_fixed_and_assigning_epoch_continues(prefix):
+    """Assigning an option every plan is made with, or the dataset, is refused (the running C++
+    loader was made with them); assigning ``epoch`` is set_epoch, so the next epoch continues
+    the same C++ loader."""
+    options = dict(capacity=2048, micro_batch=2, world_size=1, rank=0, seed=6)
+    with multipack.Loader(prefix, **options) as loader:
+        running = loader._batches
+        for name, value in {**FIXED_OPTIONS, "dataset": None}.items():
+            with pytest.raises(AttributeError, match=f"Loader.{name} is fixed"):
+                setattr(loader, name, value)
+        assert loader.seed == 6 and loader.rank == 0 and len(loader.dataset.lengths) > 0
+        first = [b["input_ids"].copy() for b in loader]
+        loader.epoch = 1
+        second = [b["input_ids"].copy() for b in loader]
+        assert loader._batches is running, "epoch 1 continued the C++ loader"
+    with multipack.Loader(prefix, epoch=1, **options) as fresh:
+        expected = [b["input_ids"].copy() for b in fresh]
+    assert len(second) == len(expected) and all(np.array_equal(a, b) for a, b in zip(second, expected))
+    assert not all(np.array_equal(a, b) for a, b in zip(first, second))
 
 
 def test_a_loop_that_counts_its_steps_and_short_epochs_keep_the_loader(prefix):

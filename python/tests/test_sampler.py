@@ -9,7 +9,7 @@ import pytest
 import torch.utils.data
 
 import multipack
-from conftest import read_plan_dump, run_bench
+from conftest import FIXED_OPTIONS, read_plan_dump, run_bench
 
 
 def epoch_of(lengths, world_size, **options):
@@ -75,6 +75,30 @@ def test_epochs_reorder_and_still_cover(lengths):
     assert second != first
     flat = lambda steps: sorted(i for step in steps for row in step for i in row)
     assert flat(first) == flat(second)
+
+
+def test_the_plan_options_are_fixed_and_assigning_epoch_is_set_epoch(lengths):
+    """An option every plan is made with cannot be assigned after construction (the plans,
+    and state_dict, would silently disagree with it); assigning ``epoch`` is set_epoch."""
+    sampler = multipack.BatchSampler(lengths, 2048, micro_batch=4, world_size=1, rank=0, seed=2)
+    before = {name: getattr(sampler, name) for name in FIXED_OPTIONS}
+    first = list(sampler)
+    for name, value in FIXED_OPTIONS.items():
+        with pytest.raises(AttributeError, match=f"BatchSampler.{name} is fixed"):
+            setattr(sampler, name, value)
+    assert {name: getattr(sampler, name) for name in FIXED_OPTIONS} == before
+    assert list(sampler) == first
+    assert sampler.state_dict()["seed"] == 2
+
+    partway = iter(sampler)
+    next(partway)
+    sampler.epoch = 1  # mid-epoch: the next iteration is epoch 1 from its first step, as set_epoch gives
+    assert sampler.epoch == 1
+    expected = list(multipack.BatchSampler(lengths, 2048, micro_batch=4, world_size=1, rank=0, seed=2, epoch=1))
+    assert expected != first
+    assert list(sampler) == expected
+    with pytest.raises(ValueError, match="epoch"):
+        sampler.epoch = -1
 
 
 def test_resume_from_state_dict_is_the_tail(lengths):
