@@ -106,6 +106,30 @@ const overlong_policy tolerant_policies[] = {overlong_policy::drop, overlong_pol
 
 }  // namespace
 
+TEST_CASE("packed rows: the offsets are checked; a moved-from one has no rows") {
+  const auto rows_of = [](std::vector<std::uint64_t> offsets) {
+    piece_vector pieces{{0, 0, 3}, {1, 0, 2}, {2, 0, 5}};
+    return packed_rows(std::move(pieces), std::move(offsets));
+  };
+  packed_rows rows = rows_of({0, 2, 3});
+  REQUIRE(rows.size() == 2);
+  CHECK(rows.tokens(0) == 5);
+  CHECK(rows[1].front().sample == 2);
+  CHECK_THROWS_WITH_AS(rows_of({0, 2, 2}), doctest::Contains("end at the piece count (3)"), option_error);
+  CHECK_THROWS_WITH_AS(rows_of({0, 2, 1, 3}), doctest::Contains("row offset 2 decreases"), option_error);
+  CHECK(packed_rows().empty());
+  CHECK(packed_rows().row_offsets().size() == 1);
+
+  const packed_rows taken = std::move(rows);
+  CHECK(taken.size() == 2);
+  // NOLINTBEGIN(bugprone-use-after-move): what a moved-from packed_rows says
+  CHECK(rows.size() == 0);
+  CHECK(rows.empty());
+  CHECK(rows.pieces().empty());
+  CHECK(rows.row_offsets().empty());
+  // NOLINTEND(bugprone-use-after-move)
+}
+
 TEST_CASE("every algorithm packs every sample exactly once, within capacity, deterministically") {
   for (std::uint64_t seed = 0; seed < 120; ++seed) {
     const std::uint32_t capacities[] = {1, 7, 64, 512, 4096};

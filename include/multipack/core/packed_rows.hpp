@@ -26,7 +26,8 @@ using piece_vector = detail::large_vector<piece>;
 
 class packed_rows {
  public:
-  /// No rows. Cost: none. Never throws.
+  /// No rows: one row offset (0). Throws std::bad_alloc. A packed_rows moved from has no rows
+  /// either, and no row offset (the move does not allocate).
   packed_rows() = default;
 
   /// Takes `pieces` and `row_offsets` (row r is pieces [row_offsets[r], row_offsets[r+1])).
@@ -44,7 +45,7 @@ class packed_rows {
   }
 
   /// Number of rows. O(1).
-  [[nodiscard]] std::size_t size() const noexcept { return offsets_.size() - 1; }
+  [[nodiscard]] std::size_t size() const noexcept { return offsets_.empty() ? 0 : offsets_.size() - 1; }
   [[nodiscard]] bool empty() const noexcept { return size() == 0; }
 
   /// The pieces of row `r`, in the order the packer placed them. O(1); r < size() is the
@@ -62,7 +63,7 @@ class packed_rows {
 
   /// Every piece, row after row. O(1).
   [[nodiscard]] std::span<const piece> pieces() const noexcept { return pieces_; }
-  /// size() + 1 offsets into pieces(). O(1).
+  /// size() + 1 offsets into pieces() (none once moved from). O(1).
   [[nodiscard]] std::span<const std::uint64_t> row_offsets() const noexcept { return offsets_; }
 
   friend bool operator==(const packed_rows&, const packed_rows&) = default;
