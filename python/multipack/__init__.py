@@ -446,7 +446,8 @@ class Loader(_Epochs):
 
     def close(self) -> None:
         """Stops and joins the worker threads and the planning thread, which finishes the plan
-        it makes first (up to one planning's time: the next epoch's is made from the start).
+        it makes first (up to one planning's time, in the second half of an epoch only: the
+        next epoch is planned from the time half of this one is built).
         Batches still referenced stay valid."""
         if self._batches is not None:
             if not self._batches.closed:

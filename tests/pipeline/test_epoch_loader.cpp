@@ -172,11 +172,11 @@ TEST_CASE("one loader's threads and buffers serve every epoch: none made between
   CHECK_FALSE(recorded.readers->contains(std::this_thread::get_id()));
   REQUIRE(planners.size() == 1);
   CHECK(*planners.begin() != std::this_thread::get_id());
-  // Two plans at a time, and each epoch from the third on packed into the memory of the plan
-  // let go before it: no packing's memory allocated after the second epoch.
-  CHECK(pieces_block[0] != pieces_block[1]);
-  CHECK(pieces_block[2] == pieces_block[0]);
-  CHECK(pieces_block[3] == pieces_block[1]);
+  // Two plans at a time, and each later epoch packed into the memory of a plan let go before
+  // it: the four epochs' pieces lie in two blocks at most. (Which epochs share one depends on
+  // timing: epoch 1 is packed into epoch 0's block when the workers finish epoch 0 before the
+  // planning thread, woken at half of it, takes the lock.)
+  CHECK(std::set<const piece*>(pieces_block.begin(), pieces_block.end()).size() <= 2);
 }
 
 TEST_CASE("plan_each_epoch packs into the memory of a plan let go: the same plans") {
@@ -300,6 +300,49 @@ TEST_CASE("a loader stopped anywhere returns: mid-epoch, at a boundary, while pl
       for (std::uint64_t i = 0; i < taken; ++i) REQUIRE(loader.next().has_value());
     }
   }
+}
+
+TEST_CASE("the next epoch is planned once half of an epoch is built: a loader closed before plans nothing") {
+  // A loader stopped early in an epoch (a break, a restart) does not wait for a planning.
+  const auto dataset = alpaca();
+  const auto lengths = alpaca_lengths();
+  const epoch_planner plan_each = plan_each_epoch(lengths, alpaca_packing, alpaca_schedule);
+  const std::uint64_t steps_0 = plan_of(lengths, 0).schedule.steps();
+  const std::size_t depth = 2;
+  std::mutex mutex;
+  std::vector<std::uint64_t> planned;
+  const epoch_planner recording = [&](std::uint64_t epoch) {
+    {
+      const std::lock_guard lock(mutex);
+      planned.push_back(epoch);
+    }
+    return plan_each(epoch);
+  };
+  // Built at most: the batches taken and one a buffer.
+  const std::uint64_t before_half = steps_0 / 2 - depth - 1;
+  REQUIRE(before_half > 10);
+  for (const std::uint64_t taken : {std::uint64_t{0}, std::uint64_t{1}, before_half}) {
+    for (const unsigned threads : {1U, 3U}) {
+      CAPTURE(taken);
+      CAPTURE(threads);
+      planned.clear();
+      {
+        epoch_loader<indexed_dataset> loader(dataset, recording, 0, {}, {threads, depth}, {.first = 0, .count = 3});
+        for (std::uint64_t i = 0; i < taken; ++i) REQUIRE(loader.next().has_value());
+      }
+      CHECK(planned == std::vector<std::uint64_t>{0});
+    }
+  }
+  // Every epoch is still planned ahead: the three epochs, each once, in order.
+  planned.clear();
+  {
+    epoch_loader<indexed_dataset> loader(dataset, recording, 0, {}, {2, depth}, {.first = 0, .count = 3});
+    std::uint64_t batches = 0;
+    while (auto b = loader.next()) ++batches;
+    CHECK(batches > 2 * steps_0);
+    CHECK(loader.statistics().boundaries == 2);
+  }
+  CHECK(planned == std::vector<std::uint64_t>{0, 1, 2});
 }
 
 TEST_CASE("bad arguments are errors before any thread starts, naming what is wrong") {

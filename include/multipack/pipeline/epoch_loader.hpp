@@ -13,10 +13,13 @@
 // - The worker threads and the buffers are made once, by the constructor: no thread starts, and
 //   no buffer is allocated or zeroed, between epochs. The workers build the first steps of the
 //   next epoch while the trainer takes the last ones of the current epoch.
-// - One planning thread, started by the constructor, plans epoch e + 1 while epoch e trains.
-//   At most two plans are kept: the one being built from and the next. A plan goes as soon as
-//   its last step is built; plan_each_epoch's go back to the planner, which packs the epoch
-//   after next into their memory.
+// - One planning thread, started by the constructor, plans epoch e + 1 while epoch e trains,
+//   from the time half of epoch e's steps are built: half an epoch of training is far longer
+//   than a planning, and a loader closed in the first half of an epoch (a `break`, a restart)
+//   or at the end of training (past its last epoch) waits for no planning. At most two plans
+//   are kept: the one being built from and the next. A plan goes as soon as its last step is
+//   built; plan_each_epoch's go back to the planner, which packs the epoch after next into
+//   their memory.
 // - The buffers have one layout for every epoch: the capacity of the first plan (or
 //   batch_options::capacity), and room in cu_seqlens for the most pieces any row of that
 //   capacity can hold of this dataset's samples (found once, O(samples + capacity)).
@@ -157,8 +160,8 @@ class epoch_loader {
   epoch_loader& operator=(const epoch_loader&) = delete;
 
   /// Stops the workers (each finishes the batch it builds) and the planning thread (it
-  /// finishes the plan it makes: up to one planning's time). Leases still held keep their
-  /// buffers. Never throws.
+  /// finishes the plan it makes: up to one planning's time, only once half of an epoch is
+  /// built). Leases still held keep their buffers. Never throws.
   ~epoch_loader() { close(); }
 
   /// The next batch, in order: the first epoch's steps from start_step, then every later
@@ -271,13 +274,16 @@ class epoch_loader {
                          ")");
   }
 
-  // The planning thread: plans each later epoch once fewer than two plans are kept.
+  // The planning thread: plans each later epoch once half of the epoch before is built and
+  // fewer than two plans are kept.
   void plan_later_epochs() noexcept {
     for (std::uint64_t i = 1; i < epochs_.count; ++i) {
       const std::uint64_t epoch = epochs_.first + i;
       {
         std::unique_lock lock(mutex_);
-        changed_.wait(lock, [&] { return closing_ || plans_kept() + plans_leaving_ < 2; });
+        changed_.wait(lock, [&] {
+          return closing_ || (half_built(epochs_planned_.back()) && plans_kept() + plans_leaving_ < 2);
+        });
         if (closing_) return;
       }
       const auto start = clock::now();
@@ -307,6 +313,8 @@ class epoch_loader {
     all_planned_ = true;
     changed_.notify_all();
   }
+
+  static bool half_built(const planned_epoch& e) noexcept { return e.built >= e.steps - e.steps / 2; }
 
   std::size_t plans_kept() const {
     return static_cast<std::size_t>(
@@ -361,7 +369,11 @@ class epoch_loader {
     std::shared_ptr<const epoch_plan> done;
     {
       const std::lock_guard lock(mutex_);
-      if (++entry.built < entry.steps) return;
+      ++entry.built;
+      if (entry.built < entry.steps) {
+        if (entry.built == entry.steps - entry.steps / 2) changed_.notify_all();  // half built: plan the next
+        return;
+      }
       done = std::move(entry.plan);
       ++plans_leaving_;
       // Keep the last entry: it says where the next epoch starts.
