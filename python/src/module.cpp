@@ -316,6 +316,7 @@ class loader_plans {
     {
       const std::lock_guard lock(mutex_);
       planning_.reset();
+      done_ = epoch;
       if (plan) {
         unclaimed_.emplace_back(epoch, plan);
         if (unclaimed_.size() > most_unclaimed) unclaimed_.pop_front();
@@ -327,11 +328,12 @@ class loader_plans {
   }
 
   /// The plan the planner made for `epoch` (at step 0), if not taken yet: waits while the
-  /// planner makes it; lets go of the plans of the epochs before (the epochs go in order).
-  /// Null otherwise (the caller plans it itself).
-  [[nodiscard]] std::shared_ptr<const epoch_plan> made(std::uint64_t epoch) {
+  /// planner makes it, and with `due` (the loader's plans_next(epoch): the planner is about to
+  /// be asked for it) until it is made or failed; lets go of the plans of the epochs before
+  /// (the epochs go in order). Null otherwise (the caller plans it itself).
+  [[nodiscard]] std::shared_ptr<const epoch_plan> made(std::uint64_t epoch, bool due) {
     std::unique_lock lock(mutex_);
-    made_or_failed_.wait(lock, [&] { return planning_ != epoch; });
+    made_or_failed_.wait(lock, [&] { return planning_ != epoch && (!due || (done_ && *done_ >= epoch)); });
     std::shared_ptr<const epoch_plan> taken;
     while (!unclaimed_.empty() && unclaimed_.front().first <= epoch) {
       if (unclaimed_.front().first == epoch) taken = std::move(unclaimed_.front().second);
@@ -349,6 +351,7 @@ class loader_plans {
   std::condition_variable made_or_failed_;
   std::shared_ptr<const epoch_plan> first_;  // until the loader takes it
   std::optional<std::uint64_t> planning_;    // the epoch the planner is making
+  std::optional<std::uint64_t> done_;        // the last epoch it made or failed
   // The plans made and not taken yet, in epoch order. The loader lets a plan go once its
   // steps are built, which for an epoch of a few steps is before Python asks for it; the
   // planner runs ahead of Python by one epoch, or, with epochs of fewer steps than the
@@ -436,7 +439,7 @@ class python_loader {
     std::shared_ptr<const epoch_plan> plan;
     {
       py::gil_scoped_release unlocked;
-      plan = plans_->made(epoch);
+      plan = plans_->made(epoch, loader_ && loader_->plans_next(epoch));
     }
     if (!plan) return std::nullopt;
     return plan_handle{std::move(plan)};

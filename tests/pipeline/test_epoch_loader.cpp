@@ -329,6 +329,10 @@ TEST_CASE("the next epoch is planned once half of an epoch is built: a loader cl
       {
         epoch_loader<indexed_dataset> loader(dataset, recording, 0, {}, {threads, depth}, {.first = 0, .count = 3});
         for (std::uint64_t i = 0; i < taken; ++i) REQUIRE(loader.next().has_value());
+        // Epoch 1 is the next to plan, but not before half of epoch 0 is built.
+        CHECK_FALSE(loader.plans_next(1));
+        CHECK_FALSE(loader.plans_next(0));
+        CHECK_FALSE(loader.plans_next(2));
       }
       CHECK(planned == std::vector<std::uint64_t>{0});
     }
@@ -338,9 +342,18 @@ TEST_CASE("the next epoch is planned once half of an epoch is built: a loader cl
   {
     epoch_loader<indexed_dataset> loader(dataset, recording, 0, {}, {2, depth}, {.first = 0, .count = 3});
     std::uint64_t batches = 0;
-    while (auto b = loader.next()) ++batches;
+    while (auto b = loader.next()) {
+      // Epoch 0 all built but its last depth steps: epoch 1 is planned, or its planning is due.
+      if (batches + 1 == steps_0) {
+        const bool due = loader.plans_next(1);
+        const std::lock_guard lock(mutex);
+        CHECK((due || planned.size() >= 2));
+      }
+      ++batches;
+    }
     CHECK(batches > 2 * steps_0);
     CHECK(loader.statistics().boundaries == 2);
+    CHECK_FALSE(loader.plans_next(3));  // past the range
   }
   CHECK(planned == std::vector<std::uint64_t>{0, 1, 2});
 }

@@ -202,6 +202,19 @@ class epoch_loader {
     return s;
   }
 
+  /// Whether the planning thread plans `epoch` now or is about to, with nothing more built or
+  /// taken: it is the epoch after the last one planned, and half of that one is built with
+  /// fewer than two plans kept. A caller that needs `epoch`'s plan may then wait for the
+  /// planner's (it comes, or the planner's error does, unless the loader closes) instead of
+  /// making its own. Thread-safe. O(epochs kept).
+  [[nodiscard]] bool plans_next(std::uint64_t epoch) const {
+    const std::lock_guard lock(mutex_);
+    if (closing_ || all_planned_ || planner_error_) return false;
+    const planned_epoch& last = epochs_planned_.back();
+    return last.epoch < std::numeric_limits<std::uint64_t>::max() && epoch == last.epoch + 1 &&
+           epoch - epochs_.first < epochs_.count && may_plan_next();
+  }
+
   /// The one layout of every epoch's batches. O(1).
   [[nodiscard]] const batch_layout& layout() const noexcept { return layout_; }
   [[nodiscard]] std::uint32_t rank() const noexcept { return rank_; }
@@ -281,9 +294,7 @@ class epoch_loader {
       const std::uint64_t epoch = epochs_.first + i;
       {
         std::unique_lock lock(mutex_);
-        changed_.wait(lock, [&] {
-          return closing_ || (half_built(epochs_planned_.back()) && plans_kept() + plans_leaving_ < 2);
-        });
+        changed_.wait(lock, [&] { return closing_ || may_plan_next(); });
         if (closing_) return;
       }
       const auto start = clock::now();
@@ -314,7 +325,12 @@ class epoch_loader {
     changed_.notify_all();
   }
 
-  static bool half_built(const planned_epoch& e) noexcept { return e.built >= e.steps - e.steps / 2; }
+  // Half of the last epoch planned is built, and fewer than two plans are kept. Under mutex_.
+  // Once true, it stays so until the planning thread adds the next plan.
+  bool may_plan_next() const {
+    const planned_epoch& last = epochs_planned_.back();
+    return last.built >= last.steps - last.steps / 2 && plans_kept() + plans_leaving_ < 2;
+  }
 
   std::size_t plans_kept() const {
     return static_cast<std::size_t>(
