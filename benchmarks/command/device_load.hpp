@@ -172,7 +172,9 @@ device_totals run_device_epochs(const load_command_options& o, const load_inputs
     span_end.record(trainer.get());
     trainer.synchronize();
     t.seconds = seconds_since(start);
+    const clock::time_point closing = clock::now();
     loader.reset();
+    t.close_seconds = seconds_since(closing);
   }
   d.trainer_wait_seconds = meter.finish();
   if (!first_call) d.trainer_span_seconds = static_cast<double>(cuda::event::elapsed_ms(span_start, span_end)) * 1e-3;

@@ -90,6 +90,7 @@ struct load_totals {
   double first_plan_seconds = 0;
   double startup_seconds = 0;  // the first loader's construction, inside `seconds`
   double later_plan_seconds = 0;
+  double close_seconds = 0;  // stopping the loader after the run (joining its threads), outside `seconds`
   // The trainer's time at the epoch boundaries, beyond a step: the wait for each later epoch's
   // first batch (one epoch_loader), or stopping a pipeline, planning, starting the next (views).
   double epoch_switch_seconds = 0;

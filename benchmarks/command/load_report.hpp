@@ -98,6 +98,7 @@ void print_load_report(const load_command_options& o, const load_inputs& in, con
     out["plan_seconds"] = t.first_plan_seconds;
     out["startup_seconds"] = t.startup_seconds;
     out["later_plan_seconds"] = t.later_plan_seconds;
+    out["close_seconds"] = t.close_seconds;
     out["epoch_switch_seconds"] = t.epoch_switch_seconds;
     out["max_epoch_switch_seconds"] = t.max_epoch_switch_seconds;
     out["max_step_wait_seconds"] = t.max_step_wait_seconds;
@@ -144,8 +145,8 @@ void print_load_report(const load_command_options& o, const load_inputs& in, con
              t.tokens == 0 ? 0.0 : 100.0 * static_cast<double>(t.real_tokens) / static_cast<double>(t.tokens),
              t.loss_tokens, t.padding_rows);
   fmt::print("  time           {:>12.4f} s   {} thread(s), depth {}, trainer step {} ms; of it the loader's start {:.4f} s "
-             "(before it: plan {:.4f} s)\n",
-             t.seconds, o.threads, o.depth, o.step_ms, t.startup_seconds, t.first_plan_seconds);
+             "(before it: plan {:.4f} s; after it: closing the loader {:.4f} s)\n",
+             t.seconds, o.threads, o.depth, o.step_ms, t.startup_seconds, t.first_plan_seconds, t.close_seconds);
   fmt::print("  throughput     {:>14.4g}   tokens/s; {:.3f} GB/s of output\n", rate(static_cast<double>(t.tokens)),
              output_rate / gb);
   fmt::print("  memcpy floor   {:>10.3f} GB/s   {} thread(s) ({:.3f} GB/s one thread): output at x {:.3f} of it\n",

@@ -123,7 +123,9 @@ void run_host_epochs(const load_command_options& o, const load_inputs& in, load_
   const clock::time_point end = clock::now();
   t.add_epoch_loader(loader->statistics());
   finish_run(t, dumper, end - start);
+  const clock::time_point closing = clock::now();
   loader.reset();  // stopped mid-epoch with --max-steps: its workers finish their batch and join
+  t.close_seconds = seconds_since(closing);
 }
 
 /// The same epochs through the composed views: `dataset | views::pack | views::shard |
@@ -182,8 +184,10 @@ void run_views_epochs(const load_command_options& o, const load_inputs& in, load
     count_epoch_switch(t, trainer, switch_start);
   }
   finish_run(t, dumper, end - start);
+  const clock::time_point closing = clock::now();
   it.reset();
   batches.reset();  // stopped mid-epoch with --max-steps: its workers finish their batch and join
+  t.close_seconds = seconds_since(closing);
 }
 
 }  // namespace multipack::bench
