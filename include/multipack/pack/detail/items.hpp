@@ -545,7 +545,7 @@ class slot_assignment {
   }
 
   // 8 bytes: a position fits 32 bits (classify refuses 2^32 - 1 pieces or more). At 16 bytes
-  // these were a third of the fresh memory of exact_fit on split long-tailed samples.
+  // these were a quarter of the fresh memory of exact_fit on split long-tailed samples.
   struct offset_piece {
     std::uint32_t position;
     std::uint32_t begin;
