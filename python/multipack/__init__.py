@@ -325,7 +325,8 @@ class Loader(_Epochs):
     The GIL is released while the loop waits and while the workers build. ``break`` followed by
     the loop's end, ``close()``, ``with`` or garbage collection stops the threads. ``len()`` is
     the epoch's step count; ``set_epoch`` (or assigning ``epoch``), ``state_dict``,
-    ``load_state_dict`` and the read-only options as in ``BatchSampler``; ``start_step`` starts the first iteration later. One thread iterates.
+    ``load_state_dict`` and the read-only options as in ``BatchSampler``; ``start_step`` starts
+    the first iteration later. One thread iterates.
     """
 
     dataset = _fixed("dataset", "The samples: the datasets of ``paths``, concatenated.")

@@ -232,6 +232,8 @@ class epoch_loader {
     std::uint64_t steps = 0;
     std::uint64_t built = 0;
     std::shared_ptr<const epoch_plan> plan;  // null once every step is built
+    /// Steps built before the next epoch is planned: half, rounded up.
+    [[nodiscard]] std::uint64_t half() const noexcept { return steps - steps / 2; }
   };
 
   static const epoch_range& checked(const epoch_range& epochs) {
@@ -329,7 +331,7 @@ class epoch_loader {
   // Once true, it stays so until the planning thread adds the next plan.
   bool may_plan_next() const {
     const planned_epoch& last = epochs_planned_.back();
-    return last.built >= last.steps - last.steps / 2 && plans_kept() + plans_leaving_ < 2;
+    return last.built >= last.half() && plans_kept() + plans_leaving_ < 2;
   }
 
   std::size_t plans_kept() const {
@@ -387,7 +389,7 @@ class epoch_loader {
       const std::lock_guard lock(mutex_);
       ++entry.built;
       if (entry.built < entry.steps) {
-        if (entry.built == entry.steps - entry.steps / 2) changed_.notify_all();  // half built: plan the next
+        if (entry.built == entry.half()) changed_.notify_all();  // the planning thread may go on
         return;
       }
       done = std::move(entry.plan);
