@@ -21,6 +21,7 @@
 #include "multipack/core/error.hpp"
 #include "multipack/data/dtype.hpp"
 #include "multipack/data/indexed_dataset_writer.hpp"
+#include "multipack/data/loss_mask.hpp"
 #include "multipack/data/prompt_lengths_writer.hpp"
 
 namespace multipack::bench {
@@ -132,8 +133,8 @@ class jsonl_converter {
     std::vector<std::string> out{o_.output + ".bin", o_.output + ".idx"};
     if (prompts_) out.push_back(o_.output + ".prompt_lengths");
     if (mask_writer_) {
-      out.push_back(o_.output + ".loss_mask.bin");
-      out.push_back(o_.output + ".loss_mask.idx");
+      out.push_back(o_.output + std::string(token_mask_suffix) + ".bin");
+      out.push_back(o_.output + std::string(token_mask_suffix) + ".idx");
     }
     return out;
   }
@@ -160,7 +161,7 @@ class jsonl_converter {
     kind_ = kind;
     if (kind == companion::prompt_lengths) prompts_ = std::make_unique<prompt_lengths_writer>(o_.output + ".prompt_lengths");
     if (kind == companion::labels)
-      mask_writer_ = std::make_unique<indexed_dataset_writer>(o_.output + ".loss_mask", token_dtype::uint8);
+      mask_writer_ = std::make_unique<indexed_dataset_writer>(o_.output + std::string(token_mask_suffix), token_dtype::uint8);
   }
 
   const convert_command_options& o_;

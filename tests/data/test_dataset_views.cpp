@@ -200,6 +200,27 @@ TEST_CASE("a subset keeps each sample's identity: the dataset's loss mask applie
       "index 1 is sample 5000, but the dataset has 5000 samples"));
 }
 
+TEST_CASE("a directory's token masks (PREFIX.loss_mask beside PREFIX) are not shards") {
+  // As `multipack-bench convert --labels-field` writes them: taken as shards, their 0/1 values
+  // would be trained on as tokens.
+  const auto dir = test::fresh_temp_dir("masked_shards");
+  const auto written = write_shards(dir, {2000, 3000});
+  for (const auto& prefix : written) {
+    indexed_dataset_writer mask(std::filesystem::path(prefix.string() + std::string(token_mask_suffix)), token_dtype::uint8);
+    const indexed_dataset shard(prefix);
+    for (std::size_t i = 0; i < shard.size(); ++i) mask.add_sample(std::vector<std::uint8_t>(shard.length(i), 1));
+    mask.finish();
+    CHECK(loss_mask::open_token_mask(prefix.string() + std::string(token_mask_suffix)).size() == shard.size());
+  }
+  CHECK(indexed_prefixes(dir) == written);
+  CHECK(indexed_prefixes(dir / "shard_*") == written);
+  // Named alone (a pattern that finds the mask without its dataset, or the prefix itself), a
+  // mask is what was asked for.
+  const std::filesystem::path first_mask = written[0].string() + std::string(token_mask_suffix);
+  CHECK(indexed_prefixes(dir / "*.loss_mask") == std::vector<std::filesystem::path>{first_mask, written[1].string() + ".loss_mask"});
+  CHECK(indexed_prefixes(first_mask) == std::vector{first_mask});
+}
+
 TEST_CASE("shards that are not there, a file named for its prefix: a clear error") {
   const auto dir = test::fresh_temp_dir("no_shards");
   CHECK(test::contains(test::message_of<option_error>([&] { (void)indexed_prefixes(dir); }),

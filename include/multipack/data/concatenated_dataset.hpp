@@ -20,6 +20,7 @@
 #include "multipack/core/sample.hpp"
 #include "multipack/data/detail/part_starts.hpp"
 #include "multipack/data/indexed_dataset.hpp"
+#include "multipack/data/loss_mask.hpp"
 
 namespace multipack {
 
@@ -111,8 +112,10 @@ class concatenated_dataset {
 /// The prefixes of the Megatron indexed datasets that `where` names, sorted: where is a
 /// directory (every PREFIX there with both PREFIX.idx and PREFIX.bin), or a path whose last
 /// part is a shell pattern (`corpus/shard_*`: the prefixes it matches), or a prefix itself.
-/// Throws option_error when it names nothing, io_error when the directory cannot be read.
-/// O(entries of the directory).
+/// A directory's or a pattern's PREFIX.loss_mask whose PREFIX is found too is that dataset's
+/// token mask (token_mask_suffix), not a shard: left out (its 0/1 values would be trained on
+/// as tokens). Throws option_error when it names nothing, io_error when the directory cannot
+/// be read. O(entries of the directory).
 template <path_like Path>
 [[nodiscard]] std::vector<std::filesystem::path> indexed_prefixes(const Path& where_value) {
   namespace fs = std::filesystem;
@@ -148,7 +151,16 @@ template <path_like Path>
   if (found.empty())
     throw option_error(where.string() + ": names no Megatron indexed dataset (no PREFIX.idx with its PREFIX.bin)");
   std::sort(found.begin(), found.end());
-  return found;
+  const auto mask_of_found = [&found](const fs::path& prefix) {
+    const std::string name = prefix.filename().string();
+    if (!name.ends_with(token_mask_suffix) || name.size() == token_mask_suffix.size()) return false;
+    const fs::path dataset = prefix.parent_path() / name.substr(0, name.size() - token_mask_suffix.size());
+    return std::binary_search(found.begin(), found.end(), dataset);
+  };
+  std::vector<fs::path> shards;
+  for (const fs::path& prefix : found)
+    if (!mask_of_found(prefix)) shards.push_back(prefix);
+  return shards;
 }
 
 /// Opens every prefix as an indexed_dataset and concatenates them in the order given. Reads

@@ -52,6 +52,11 @@
 
 namespace multipack {
 
+/// The name of a token dataset's per-token loss mask: PREFIX.loss_mask(.idx/.bin) beside
+/// PREFIX(.idx/.bin), as `multipack-bench convert --labels-field` writes it. indexed_prefixes
+/// leaves such a companion out of a directory's or pattern's shards.
+inline constexpr std::string_view token_mask_suffix = ".loss_mask";
+
 namespace detail {
 
 inline constexpr char prompt_lengths_magic[8] = {'M', 'P', 'P', 'R', 'O', 'M', 'P', 'T'};
