@@ -319,6 +319,24 @@ TEST_CASE("resuming after k steps with another world size trains on exactly the 
   CHECK(before.consumed_rows_after(before.steps()) == packed.rows.size());
   CHECK(test::contains(test::message_of<option_error>([&] { (void)before.consumed_rows_after(before.steps() + 1); }),
                        "steps"));
+  // A checkpoint saved after the epoch's last step resumes to no step, with the same world or
+  // another; under remainder drop, so does one whose rows left fill no step (they are dropped).
+  for (const std::uint32_t world : {4U, 3U}) {
+    schedule_options done = first;
+    done.world_size = world;
+    done.consumed_rows = before.consumed_rows_after(before.steps());
+    const epoch_schedule none(packed.rows, done);
+    CHECK(none.steps() == 0);
+    CHECK(none.report().scheduled_rows == 0);
+    CHECK(none.report().balance_mean == 0);
+  }
+  schedule_options drop = first;
+  drop.remainder = remainder_policy::drop;
+  drop.consumed_rows = packed.rows.size() - 5;  // fewer than a step of 4 x 2
+  const epoch_schedule dropped(packed.rows, drop);
+  CHECK(dropped.steps() == 0);
+  CHECK(dropped.report().dropped_rows == 5);
+  CHECK(dropped.report().dropped_samples > 0);
 }
 
 TEST_CASE("balancing gives the costliest rows to different ranks") {

@@ -53,9 +53,14 @@ class epoch_schedule {
   /// Builds the schedule of `rows` (the packing of this epoch) for every rank. Keeps no
   /// reference to `rows`.
   ///
+  /// A resume (consumed_rows > 0) with no row left, or under remainder drop fewer than a
+  /// step's rows left, has no step: the epoch is done (consumed_rows_after(steps()) of the
+  /// run that saved it is this).
+  ///
   /// Throws option_error when the options are invalid (see validate), when there are no rows
   /// or more ranks than rows left to schedule (a rank would train on nothing), when
-  /// consumed_rows exceeds the rows, or when remainder drop leaves no complete step.
+  /// consumed_rows exceeds the rows, or when remainder drop leaves no complete step of a
+  /// whole epoch.
   /// Cost: O(pieces + rows log(world x micro_batch)) time; 4 bytes a row kept (plus 4 a slot
   /// of the schedule), 8 more a row while building. Thread-safe: shares nothing.
   epoch_schedule(const packed_rows& rows, const schedule_options& options) : options_(options) {
@@ -131,13 +136,14 @@ class epoch_schedule {
       throw option_error("epoch_schedule: consumed_rows " + std::to_string(options.consumed_rows) +
                          " exceeds the " + std::to_string(total) + " rows of the epoch");
     const std::uint64_t left = total - options.consumed_rows;
-    if (left < world)
+    const bool pad = options.remainder == remainder_policy::pad;
+    const bool done = options.consumed_rows > 0 && (left == 0 || (!pad && left < step_rows));
+    if (left < world && !done)
       throw option_error("epoch_schedule: " + std::to_string(left) + (left == 1 ? " row" : " rows") + " to schedule for " +
                          std::to_string(world) + " ranks: every rank needs at least one row " +
                          "(use fewer ranks, or a smaller capacity for more rows)");
-    const bool pad = options.remainder == remainder_policy::pad;
     steps_ = pad ? (left + step_rows - 1) / step_rows : left / step_rows;
-    if (steps_ == 0)
+    if (steps_ == 0 && !done)
       throw option_error("epoch_schedule: remainder drop leaves no step: " + std::to_string(left) +
                          " rows are fewer than one step of " + std::to_string(world) + " ranks x " +
                          std::to_string(batch) + " rows (use remainder pad, or a smaller micro-batch)");
@@ -197,8 +203,10 @@ class epoch_schedule {
       report_.balance_worst = std::max(report_.balance_worst, balance);
       report_.balance_worst_unbalanced = std::max(report_.balance_worst_unbalanced, plain);
     }
-    report_.balance_mean = balance_sum / static_cast<double>(steps_);
-    report_.balance_mean_unbalanced = plain_sum / static_cast<double>(steps_);
+    if (steps_ > 0) {
+      report_.balance_mean = balance_sum / static_cast<double>(steps_);
+      report_.balance_mean_unbalanced = plain_sum / static_cast<double>(steps_);
+    }
 
     // The rows of an incomplete last step under remainder drop: counted, sample by sample.
     std::vector<std::uint32_t> dropped_samples;
