@@ -58,6 +58,13 @@ def _name(name: str, value: Any) -> str:
     return value
 
 
+def _flag(name: str, value: Any) -> bool:
+    """A yes/no option: True or False only (a config's string "false" is truthy)."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be True or False, got {type(value).__name__} {value!r}")
+    return bool(value)
+
+
 def pack(lengths, capacity: int, algorithm: str = "exact-fit", overlong: str = "drop", seed: int = 0,
          epoch: int = 0, max_per_row: int = 0, threads: int = 1) -> Packing:
     """Packs samples of the given lengths into rows of ``capacity`` tokens.
@@ -154,7 +161,7 @@ class _Epochs:
         self._algorithm = _name("algorithm", algorithm)
         self._overlong = _name("overlong", overlong)
         self._remainder = _name("remainder", remainder)
-        self._balance = bool(balance)
+        self._balance = _flag("balance", balance)
         self._lengths = lengths
         arguments = _multipack.PlanArguments()
         arguments.capacity = self.capacity
@@ -177,6 +184,7 @@ class _Epochs:
         self._start_step = 0      # the step the next iteration starts at
         self._consumed_rows = 0   # rows of this epoch before the plan's step 0 (a run of another shape's)
         self._next_step = 0       # the step after the last one handed out
+        self._iterated = False    # an iteration of this epoch began since set_epoch or load_state_dict
         self.plan()  # bad options fail here, not at the first batch
 
     def plan(self) -> "_multipack.Plan":
@@ -209,43 +217,80 @@ class _Epochs:
             self._epoch = epoch
             self._start_step = self._next_step = 0
             self._consumed_rows = 0
+            self._iterated = False
+
+    # What a state must agree on with the object that loads it: the options every plan is made
+    # with (world_size and micro_batch may differ: the epoch then resumes after the rows
+    # trained on) and the lengths' count and sum.
+    _PLAN_STATE = ("seed", "capacity", "algorithm", "overlong", "max_per_row", "remainder", "balance")
+
+    def _lengths_state(self) -> Dict[str, int]:
+        report = self.plan().packing_report
+        return {"samples": report["samples"], "tokens": report["tokens"]}
 
     def state_dict(self) -> Dict[str, Any]:
-        """Where training stands: the epoch, the steps of its plan handed out, the rows of the
-        epoch trained on (``consumed_rows``, for a restart with another world size or
-        micro-batch) and those before the plan's first step (``plan_consumed_rows``: not 0
-        after such a restart)."""
-        return {"epoch": self.epoch, "step": self._next_step, "world_size": self.world_size,
-                "micro_batch": self.micro_batch, "seed": self.seed,
-                "consumed_rows": self.plan().consumed_rows_after(self._next_step),
-                "plan_consumed_rows": self._consumed_rows}
+        """Where training stands: the epoch, the steps of its plan handed out (the plan's step
+        count once the epoch's iteration is done), the rows of the epoch trained on
+        (``consumed_rows``, for a restart with another world size or micro-batch) and those
+        before the plan's first step (``plan_consumed_rows``: not 0 after such a restart); and
+        what the plans are made of (the plan options, the lengths' count and sum), which
+        ``load_state_dict`` checks. Taken from a ``torch.utils.data.DataLoader`` with workers,
+        the sampler's own state is ahead of training by the batches the workers prefetched:
+        checkpoint the ``DataLoader`` with torchdata's ``StatefulDataLoader`` instead."""
+        state = {"epoch": self.epoch, "step": self._next_step, "world_size": self.world_size,
+                 "micro_batch": self.micro_batch,
+                 "consumed_rows": self.plan().consumed_rows_after(self._next_step),
+                 "plan_consumed_rows": self._consumed_rows}
+        state.update({key: getattr(self, key) for key in self._PLAN_STATE})
+        state.update(self._lengths_state())
+        return state
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         """Resumes where ``state`` (a ``state_dict()``) stood: the next iteration yields exactly
-        what the interrupted one would have yielded next. With another world size or
-        micro-batch, the epoch resumes after the rows already trained on."""
-        for key in ("epoch", "step", "world_size", "micro_batch", "seed", "consumed_rows", "plan_consumed_rows"):
+        what the interrupted one would have yielded next (nothing, when it was saved after the
+        epoch's last step). With another world size or micro-batch, that iteration covers the
+        rows of the epoch not yet trained on; later iterations of the epoch cover all of it.
+        Raises ValueError, changing nothing, when the state is another run's (other plan
+        options or lengths) or does not fit this epoch."""
+        for key in ("epoch", "step", "world_size", "micro_batch", "consumed_rows", "plan_consumed_rows",
+                    *self._PLAN_STATE, "samples", "tokens"):
             if key not in state:
                 raise ValueError(f"load_state_dict: the state has no {key!r} (keys: {sorted(state)})")
-        if _count("seed", state["seed"], 0, _UINT64) != self.seed:
-            raise ValueError(f"load_state_dict: the state was saved with seed {state['seed']}, this one has "
-                             f"seed {self.seed}: its plan would be another")
-        self._epoch = _count("epoch", state["epoch"], 0, _UINT64)
+        expected = {key: getattr(self, key) for key in self._PLAN_STATE}
+        expected.update(self._lengths_state())
+        for key, value in expected.items():
+            if state[key] != value:
+                raise ValueError(f"load_state_dict: the state was saved with {key} {state[key]!r}, this one has "
+                                 f"{key} {value!r}: its plan would be another")
+        epoch = _count("epoch", state["epoch"], 0, _UINT64)
         step = _count("step", state["step"], 0, _UINT64)
-        if state["world_size"] == self.world_size and state["micro_batch"] == self.micro_batch:
-            # The same plan as the saving run's: its step `step`.
-            self._consumed_rows = _count("plan_consumed_rows", state["plan_consumed_rows"], 0, _UINT64)
-            if step > self.plan().steps:
-                raise ValueError(f"load_state_dict: step {step} is past the epoch's {self.plan().steps} steps")
-        else:
-            self._consumed_rows = _count("consumed_rows", state["consumed_rows"], 0, _UINT64)
+        same_shape = state["world_size"] == self.world_size and state["micro_batch"] == self.micro_batch
+        # The same plan as the saving run's (its step `step`), or the rows it did not train on.
+        rows_key = "plan_consumed_rows" if same_shape else "consumed_rows"
+        consumed_rows = _count(rows_key, state[rows_key], 0, _UINT64)
+        if not same_shape:
             step = 0
+        before = (self._epoch, self._consumed_rows, self._start_step, self._next_step, self._iterated)
+        self._epoch, self._consumed_rows = epoch, consumed_rows
+        try:
+            steps = self.plan().steps  # a consumed_rows past the epoch's rows fails here
+            if step > steps:
+                raise ValueError(f"load_state_dict: step {step} is past the epoch's {steps} steps")
+        except BaseException:
+            self._epoch, self._consumed_rows, self._start_step, self._next_step, self._iterated = before
+            raise
         self._start_step = self._next_step = step
+        self._iterated = False
 
     def _steps(self) -> range:
-        """The steps the next iteration covers; later iterations start at 0 again."""
+        """The steps the next iteration covers: from a resume's step (after a resume's rows, with
+        another world size) the first time, then the whole epoch."""
+        if self._iterated:
+            self._consumed_rows = 0  # a resume's rows apply to one iteration
+        self._iterated = True
         start = self._start_step
         self._start_step = 0
+        self._next_step = start
         return range(start, self.plan().steps)
 
 
@@ -285,11 +330,12 @@ class BatchSampler(_Epochs, _SamplerBase):
         return {"packing": plan.packing_report, "schedule": plan.schedule_report}
 
     def __iter__(self) -> Iterator[List[List[int]]]:
-        plan = self.plan()
-        for step in self._steps():
-            self._next_step = step + 1
+        steps = self._steps()
+        plan, epoch = self.plan(), self.epoch
+        for step in steps:
+            if self._epoch == epoch:  # not after set_epoch in the loop: the state is the new epoch's
+                self._next_step = step + 1
             yield plan.indices(step, self.rank)
-        self._next_step = 0
 
 
 def _paths(value) -> List[str]:
@@ -326,7 +372,8 @@ class Loader(_Epochs):
     the loop's end, ``close()``, ``with`` or garbage collection stops the threads. ``len()`` is
     the epoch's step count; ``set_epoch`` (or assigning ``epoch``), ``state_dict``,
     ``load_state_dict`` and the read-only options as in ``BatchSampler``; ``start_step`` starts
-    the first iteration later. One thread iterates.
+    the first iteration later. One thread iterates; ``close()`` from another thread ends its
+    loop.
     """
 
     dataset = _fixed("dataset", "The samples: the datasets of ``paths``, concatenated.")
@@ -350,13 +397,14 @@ class Loader(_Epochs):
         self._loss_mask = None if loss_mask is None else os.fspath(loss_mask)
         arguments = _multipack.LoaderArguments()
         arguments.pad_to_multiple = _count("pad_to_multiple", pad_to_multiple)
-        arguments.train_on_inputs = bool(train_on_inputs)
+        arguments.train_on_inputs = _flag("train_on_inputs", train_on_inputs)
         arguments.ignore_index = _count("ignore_index", ignore_index, -2**63, 2**63 - 1)
         arguments.pad_token_id = _count("pad_token_id", pad_token_id, -2**63, 2**63 - 1)
         arguments.threads = _count("threads", threads, 1, 1024)
-        arguments.depth = _count("depth", depth, 1, 65536)
+        # Two at least: a for loop holds its last batch while it asks for the next.
+        arguments.depth = _count("depth", depth, 2, 65536)
         self._arguments = arguments
-        self.as_torch = bool(as_torch)
+        self.as_torch = _flag("as_torch", as_torch)
         self._batches = None
         self._batches_key = None  # (epoch, consumed rows, step) of the C++ loader's next batch
         self._last_statistics = None
@@ -424,8 +472,6 @@ class Loader(_Epochs):
         else:
             batches = self._start(steps.start)
         self._batches_key = None  # being taken
-        if batches is None:
-            self._next_step = 0
         return _Batches(self, batches, len(steps), self.epoch)
 
     @staticmethod
@@ -485,20 +531,17 @@ class _Batches:
         return self
 
     def __next__(self) -> Dict[str, Any]:
-        if self._left == 0:
-            self._loader._next_step = 0
-            raise StopIteration
-        if self._batches is None:
+        if self._left == 0 or self._batches is None:
             raise StopIteration
         batch = self._batches.next()
-        if batch is None:  # the C++ loader ended before the epoch did: not while the plans agree
-            self._loader._next_step = 0
+        if batch is None:  # the C++ loader ended before the epoch did: closed from another thread
             self.close()
             raise StopIteration
         if batch["epoch"] != self._epoch:
             raise RuntimeError(f"Loader: a batch of epoch {batch['epoch']} in the iteration of epoch {self._epoch}")
         self._left -= 1
-        self._loader._next_step = batch["step"] + 1
+        if self._loader._epoch == self._epoch:  # not after set_epoch in the loop: the state is the new epoch's
+            self._loader._next_step = batch["step"] + 1
         if self._left == 0:
             # The epoch's last step: the C++ loader's next batch is the next epoch's first,
             # which its workers may be building already. Said now, not at StopIteration, which

@@ -387,19 +387,23 @@ class python_loader {
     epochs.count = std::max<std::uint64_t>(1, std::numeric_limits<std::uint64_t>::max() - epoch);
     epochs.start_step = a.start_step;
     py::gil_scoped_release unlocked;
-    loader_ = std::make_unique<loader_type>(
+    loader_ = std::make_shared<loader_type>(
         data.dataset, [plans = plans_](std::uint64_t e) { return plans->plan(e); }, a.rank, std::move(options),
         prefetch, epochs);
   }
 
-  /// The next batch (of this epoch, or the next one's first), or None after the last epoch.
-  /// Blocks (without the GIL) until it is built.
+  /// The next batch (of this epoch, or the next one's first), or None after the last epoch
+  /// or once closed. Blocks (without the GIL) until it is built.
   py::object next() {
-    if (!loader_) throw option_error("Loader: this loader is closed");
+    if (!loader_) return py::none();
     std::optional<lease_type> lease;
     {
+      // Its own reference: a close() from another thread meanwhile leaves the loader to this
+      // call, which stops it (the lease keeps its buffer) instead of waiting in a freed one.
+      std::shared_ptr<loader_type> loader = loader_;
       py::gil_scoped_release unlocked;
-      lease = loader_->next();
+      lease = loader->next();
+      loader.reset();
     }
     if (!lease) return py::none();
     // The lease moves into a capsule that every array holds: the buffer goes back to the pool
@@ -438,8 +442,10 @@ class python_loader {
   [[nodiscard]] std::optional<plan_handle> planned(std::uint64_t epoch) {
     std::shared_ptr<const epoch_plan> plan;
     {
+      std::shared_ptr<loader_type> loader = loader_;  // as next(): a close() meanwhile cannot free it
       py::gil_scoped_release unlocked;
-      plan = plans_->made(epoch, loader_ && loader_->plans_next(epoch));
+      plan = plans_->made(epoch, loader && loader->plans_next(epoch));
+      loader.reset();
     }
     if (!plan) return std::nullopt;
     return plan_handle{std::move(plan)};
@@ -448,8 +454,9 @@ class python_loader {
   /// Stops and joins the workers and the planning thread (without the GIL). Batches still
   /// referenced stay valid.
   void close() {
+    std::shared_ptr<loader_type> closing = std::move(loader_);
     py::gil_scoped_release unlocked;
-    loader_.reset();
+    closing.reset();
   }
 
   [[nodiscard]] bool closed() const noexcept { return loader_ == nullptr; }
@@ -479,7 +486,7 @@ class python_loader {
 
  private:
   std::shared_ptr<loader_plans> plans_;
-  std::unique_ptr<loader_type> loader_;
+  std::shared_ptr<loader_type> loader_;  // shared with a next() under way: see next()
 };
 
 template <batch_token T>

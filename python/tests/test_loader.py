@@ -5,6 +5,8 @@ import gc
 import itertools
 import os
 import shutil
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -136,6 +138,37 @@ def test_break_and_garbage_collection_stop_the_threads(prefix):
     assert threads_of_process() == before
 
 
+def test_close_from_another_thread_ends_the_loop_there(prefix):
+    # A watchdog or shutdown thread closes the loader while the loop waits for a batch: the
+    # loop ends (it waited in a freed loader before), and no thread is left.
+    gc.collect()
+    before = threads_of_process()
+    for trial in range(100):
+        loader = multipack.Loader(prefix, capacity=8192, micro_batch=64, world_size=1, rank=0, threads=1, depth=2)
+        it = iter(loader)
+        consumer = threading.Thread(target=lambda: [None for _ in it])
+        consumer.start()
+        time.sleep(0.001 * (trial % 5))
+        loader.close()
+        consumer.join(30)
+        assert not consumer.is_alive(), f"trial {trial}: the loop still waits after close()"
+        del it
+    gc.collect()
+    assert threads_of_process() == before
+
+
+def test_a_state_saved_after_the_epoch_resumes_to_nothing(prefix):
+    options = dict(capacity=2048, micro_batch=2, world_size=1, rank=0, seed=3)
+    loader = multipack.Loader(prefix, **options)
+    steps = sum(1 for _ in loader)
+    state = loader.state_dict()
+    assert state["step"] == steps == len(loader)
+    resumed = multipack.Loader(prefix, **options)
+    resumed.load_state_dict(state)
+    assert sum(1 for _ in resumed) == 0
+    assert sum(1 for _ in resumed) == steps, "a later pass over the epoch is a whole one"
+
+
 def test_resume_from_state_dict_is_the_tail(prefix, prompt_lengths_file):
     options = dict(capacity=2048, micro_batch=2, world_size=2, rank=0, seed=3, prompt_lengths=prompt_lengths_file)
     full = [b["input_ids"].copy() for b in multipack.Loader(prefix, **options)]
@@ -177,6 +210,10 @@ def test_errors_carry_the_library_message(prefix, tmp_path):
         multipack.Loader(prefix, world_size=1, rank=0, dtype=np.float32)
     with pytest.raises(ValueError, match="threads"):
         multipack.Loader(prefix, world_size=1, rank=0, threads=0)
+    with pytest.raises(ValueError, match="depth = 1: must be at least 2"):  # a for loop holds one batch
+        multipack.Loader(prefix, world_size=1, rank=0, depth=1)
+    with pytest.raises(TypeError, match="train_on_inputs must be True or False"):  # "false" would be truthy
+        multipack.Loader(prefix, world_size=1, rank=0, train_on_inputs="false")
     with pytest.raises(multipack.FormatError, match="prompt"):
         multipack.Loader(prefix, world_size=1, rank=0, prompt_lengths=[1, 2, 3])
     # A truncated index: the message names the file and what is wrong, as the C++ one does.

@@ -132,6 +132,56 @@ def test_restart_with_another_world_size_trains_on_the_rest(lengths):
     assert sorted(trained + rest) == list(np.flatnonzero(lengths))
 
 
+def test_a_state_of_another_run_is_refused_and_a_refused_state_changes_nothing(lengths):
+    options = dict(capacity=2048, micro_batch=4, world_size=1, rank=0, seed=1)
+    run = multipack.BatchSampler(lengths, **options)
+    list(itertools.islice(iter(run), 40))
+    state = run.state_dict()
+    # Another plan: resuming its step would train some samples twice and others never.
+    for other in (dict(algorithm="randomized-exact-fit"), dict(max_per_row=3), dict(capacity=4096),
+                  dict(overlong="truncate"), dict(remainder="drop"), dict(balance=False), dict(seed=2)):
+        sampler = multipack.BatchSampler(lengths, **{**options, **other})
+        with pytest.raises(ValueError, match=f"saved with {next(iter(other))}"):
+            sampler.load_state_dict(state)
+    changed = lengths.copy()
+    changed[7] += 1
+    for other_lengths, key in ((lengths[:-1], "samples"), (changed, "tokens")):
+        with pytest.raises(ValueError, match=f"saved with {key}"):
+            multipack.BatchSampler(other_lengths, **options).load_state_dict(state)
+
+    sampler = multipack.BatchSampler(lengths, **options, epoch=2)
+    next(iter(sampler))
+    before = sampler.state_dict()
+    for bad in ({**state, "epoch": 5, "step": 10**6}, {**state, "epoch": 5, "world_size": 2, "consumed_rows": 10**9}):
+        with pytest.raises(ValueError):
+            sampler.load_state_dict(bad)
+        assert sampler.state_dict() == before
+
+
+def test_a_state_saved_after_the_epoch_resumes_to_nothing_whatever_the_loop(lengths):
+    options = dict(capacity=2048, micro_batch=4, world_size=2, rank=0, seed=5)
+    by_for = multipack.BatchSampler(lengths, **options)
+    full = [step for step in by_for]
+    by_count = multipack.BatchSampler(lengths, **options)  # a loop that stops at len(), never at StopIteration
+    assert list(itertools.islice(iter(by_count), len(by_count))) == full
+    state = by_for.state_dict()
+    assert state == by_count.state_dict() and state["step"] == len(full)
+    for world_size in (2, 3):
+        resumed = multipack.BatchSampler(lengths, **{**options, "world_size": world_size})
+        resumed.load_state_dict(state)
+        assert list(resumed) == [], "the epoch was done"
+        # Later passes over the epoch are whole ones, with another world size too.
+        whole = len(multipack.BatchSampler(lengths, **{**options, "world_size": world_size}))
+        assert len(list(resumed)) == len(resumed) == whole
+    # set_epoch inside the loop: the state is the new epoch's, which nothing has trained yet.
+    it = iter(by_for)
+    for _ in range(10):
+        next(it)
+    by_for.set_epoch(1)
+    next(it)
+    assert (by_for.state_dict()["epoch"], by_for.state_dict()["step"]) == (1, 0)
+
+
 def test_world_from_the_environment(lengths, monkeypatch):
     monkeypatch.setenv("RANK", "2")
     monkeypatch.setenv("WORLD_SIZE", "3")
@@ -171,6 +221,8 @@ def test_bad_arguments(lengths):
         multipack.BatchSampler(lengths, 2048, micro_batch=0, world_size=1, rank=0)
     with pytest.raises(ValueError, match="remainder policy"):
         multipack.BatchSampler(lengths, 2048, remainder="keep", world_size=1, rank=0)
+    with pytest.raises(TypeError, match="balance must be True or False"):  # "false" would be truthy
+        multipack.BatchSampler(lengths, 2048, balance="false", world_size=1, rank=0)
     sampler = multipack.BatchSampler(lengths, 2048, world_size=1, rank=0)
     with pytest.raises(ValueError, match="seed"):
         sampler.load_state_dict({**sampler.state_dict(), "seed": 1})
