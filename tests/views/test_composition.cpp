@@ -421,6 +421,15 @@ TEST_CASE("misuse: a clear error, nothing started") {
   auto masked = rows | views::shard({1, 2}, 0) | views::prefetch({}, options);
   CHECK(test::contains(test::message_of<format_error>([&] { (void)masked.begin(); }), "describes 10 samples"));
 
+  // Samples of two datasets in a random-access range (a vector of them): refused as a filter of
+  // them is, or the mask would be applied to the second's samples by the first's indices.
+  const indexed_dataset other(test::alpaca_prefix());
+  std::vector<dataset_sample<indexed_dataset>> mixed{alpaca().begin()[0], alpaca().begin()[1], other.begin()[2]};
+  CHECK(test::contains(test::message_of<option_error>([&] { (void)(mixed | views::pack({1024})); }),
+                       "samples of two datasets"));
+  mixed.pop_back();
+  CHECK((mixed | views::pack({1024})).size() == 1);
+
   // An input view: one pass.
   auto once = rows | views::shard({1, 2}, 0) | views::prefetch();
   (void)once.begin();

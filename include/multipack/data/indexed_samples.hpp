@@ -57,21 +57,29 @@ class indexed_samples {
   using source_type = typename detail::dataset_of_sample<std::remove_cvref_t<reference>>::type;
 
   /// Takes the view; walks it once unless it is sized and random-access. Throws option_error
-  /// for 2^32 - 1 samples or more (pieces number samples with 32 bits), and what the view's
-  /// iteration throws. Cost: one pass over the view for the recorded forms.
+  /// for 2^32 - 1 samples or more (pieces number samples with 32 bits) or for samples of two
+  /// datasets, and what the view's iteration throws. Cost: one pass over the view for the
+  /// recorded forms, and for a random-access view of multipack samples other than a dataset's
+  /// own (its samples' datasets are compared).
   explicit indexed_samples(V base) : base_(std::move(base)) {
     if constexpr (random_access) {
       first_ = std::ranges::begin(base_);
       size_ = static_cast<std::size_t>(std::ranges::size(base_));
-      if constexpr (has_source)
+      if constexpr (has_source) {
         if (size_ > 0) source_ = &first_[0].dataset();
+        // A random-access view of samples of several datasets (a vector of them, a concat):
+        // refused as the recorded forms refuse it, or masks would be applied by the first
+        // dataset's indices. Nothing to check in the dataset's own view.
+        if constexpr (!views_whole_dataset)
+          for (std::size_t i = 1; i < size_; ++i)
+            if (&first_[static_cast<std::ranges::range_difference_t<V>>(i)].dataset() != source_) throw two_datasets();
+      }
     } else {
       for (auto it = std::ranges::begin(base_); it != std::ranges::end(base_); ++it) {
         if constexpr (has_source) {
           const auto sample = *it;
           if (source_ == nullptr) source_ = &sample.dataset();
-          if (&sample.dataset() != source_)
-            throw option_error("indexed_samples: the view yields samples of two datasets; concatenate them first");
+          if (&sample.dataset() != source_) throw two_datasets();
           positions_.push_back(sample.index());
         } else {
           positions_.push_back(it);
@@ -148,6 +156,17 @@ class indexed_samples {
   static constexpr bool random_access = std::ranges::random_access_range<V> && std::ranges::sized_range<V>;
   static constexpr bool has_source = !std::is_void_v<source_type>;
   using position = std::conditional_t<has_source, std::size_t, std::ranges::iterator_t<V>>;
+  // V is a view of the source dataset itself (std::views::all of it: a ref_view or owning_view).
+  static constexpr bool views_whole_dataset = [] {
+    if constexpr (has_source && requires(const V& v) { v.base(); })
+      return std::is_same_v<std::remove_cvref_t<decltype(std::declval<const V&>().base())>, source_type>;
+    else
+      return false;
+  }();
+
+  static option_error two_datasets() {
+    return option_error("indexed_samples: the view yields samples of two datasets; concatenate them first");
+  }
 
   void check_index(std::size_t i, const char* what) const {
     if (i >= size_)
