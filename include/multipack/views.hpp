@@ -250,6 +250,13 @@ class shard_view : public std::ranges::view_interface<shard_view<Rows>> {
     {
       return detail::samples_finder<Rows>::get(rows);
     }
+    // The capacity of the rows' packing, for the batches' row length: a range of these
+    // iterators (range-v3's drop of the steps) finds it as the steps do.
+    [[nodiscard]] auto packing_options() const
+      requires detail::packing_options_finder<Rows>::found
+    {
+      return detail::packing_options_finder<Rows>::get(rows);
+    }
   };
   struct step_at {
     rows_of_step<Rows> operator()(const state& s, std::size_t step) const {

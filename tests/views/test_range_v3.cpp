@@ -65,6 +65,23 @@ TEST_CASE("range-v3 between dataset and pack, pack and shard, shard and prefetch
   CHECK(tail == std::vector(full.begin() + 5, full.end()));
   const auto head = all_contents(steps | ranges::views::take(4) | views::prefetch({1, 2}));
   CHECK(head == std::vector(full.begin(), full.begin() + 4));
+  // The row length is the packing's capacity after a drop too, not the longest row of the
+  // steps left: rows of 8, 8 and 3 + 3 tokens at 8, with the short row last for some seeds.
+  const std::vector<std::vector<int>> short_rows = {std::vector<int>(8, 1), std::vector<int>(8, 2), {3, 3, 3}, {4, 4, 4}};
+  auto few = short_rows | views::pack({8});
+  int short_last = 0;
+  for (std::uint64_t seed = 0; seed < 6; ++seed) {
+    auto few_steps = few | views::shard({1, 1, seed, 0}, 0);
+    REQUIRE(few_steps.size() == 3);
+    short_last += few_steps[2][0].size() == 2 ? 1 : 0;
+    for (std::size_t k = 0; k < few_steps.size(); ++k) {
+      CAPTURE(seed);
+      CAPTURE(k);
+      for (const auto& batch : few_steps | ranges::views::drop(k) | views::prefetch()) CHECK(batch.row_length == 8);
+      for (const auto& batch : few_steps | std::views::drop(k) | views::prefetch()) CHECK(batch.row_length == 8);
+    }
+  }
+  CHECK(short_last > 0);  // or the drops above would prove nothing
 
   // rows | take | shard, against the standard's take
   auto a = rows | ranges::views::take(40) | views::shard(schedule, 0) | views::prefetch();

@@ -42,7 +42,8 @@ struct batch_options {
   loss_mask mask;  ///< empty: every token carries loss
   /// The most tokens a row holds, which is the row length when pad_to_multiple is 0. 0 (the
   /// default): the packing's capacity (the plan's; for steps, the one views::pack was given,
-  /// found through the steps, else their longest row).
+  /// found through the steps, else their longest row: give it for a user's own rows, whose
+  /// shape would otherwise depend on the steps given, such as those left after a resume).
   std::uint32_t capacity = 0;
   /// Where the buffers' memory comes from: one block of layout.bytes<T>() bytes a buffer,
   /// allocated when the loader starts and freed when it stops, never in between. nullptr:
