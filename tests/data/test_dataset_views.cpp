@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <map>
 #include <ranges>
+#include <set>
+#include <span>
 #include <vector>
 
 #include "multipack/data/blended_dataset.hpp"
@@ -219,6 +221,44 @@ TEST_CASE("a directory's token masks (PREFIX.loss_mask beside PREFIX) are not sh
   const std::filesystem::path first_mask = written[0].string() + std::string(token_mask_suffix);
   CHECK(indexed_prefixes(dir / "*.loss_mask") == std::vector<std::filesystem::path>{first_mask, written[1].string() + ".loss_mask"});
   CHECK(indexed_prefixes(first_mask) == std::vector{first_mask});
+}
+
+namespace {
+
+/// A corpus of more than 2^32 samples (FineWeb has about 2.2e10 documents) that stores none:
+/// sample i has 1 + i % 1000 tokens, each i % 2^31.
+struct huge_corpus {
+  std::size_t samples = (std::size_t{1} << 32) + 100;
+  [[nodiscard]] std::size_t size() const { return samples; }
+  [[nodiscard]] std::uint64_t length(std::size_t i) const { return 1 + i % 1000; }
+  template <class T>
+  void read_tokens(std::size_t i, std::uint64_t, std::span<T> out) const {
+    for (T& token : out) token = static_cast<T>(i % (std::size_t{1} << 31));
+  }
+};
+
+}  // namespace
+
+TEST_CASE("subsets and blends of a corpus of more than 2^32 samples take the samples asked for") {
+  static_assert(token_dataset<huge_corpus>);
+  const huge_corpus corpus;
+  const std::vector<std::size_t> indices{(std::size_t{1} << 32) + 7, 5, corpus.size() - 1};
+  const subset_dataset<huge_corpus> subset(corpus, indices);
+  for (std::size_t k = 0; k < indices.size(); ++k) {
+    CHECK(subset.source_index(k) == indices[k]);  // not wrapped to 32 bits
+    CHECK(subset.length(k) == corpus.length(indices[k]));
+  }
+  // 2,000 samples drawn from a corpus of 2^34: a permutation of the whole corpus, so about 3/4
+  // of them past 2^32 (all were below 2^32 when the subsets held 32-bit indices).
+  const huge_corpus larger{std::size_t{1} << 34};
+  const blended_dataset<huge_corpus> blend(std::vector<huge_corpus>{larger}, {1.0}, {.samples = 2000, .seed = 1});
+  REQUIRE(blend.size() == 2000);
+  std::set<std::size_t> drawn;
+  for (std::size_t i = 0; i < blend.size(); ++i) drawn.insert(blend.where(i).second);
+  CHECK(drawn.size() == 2000);
+  CHECK(*drawn.rbegin() < larger.size());
+  const auto past = static_cast<std::size_t>(std::count_if(drawn.begin(), drawn.end(), [](std::size_t i) { return i >> 32 != 0; }));
+  CHECK(past > 1000);
 }
 
 TEST_CASE("shards that are not there, a file named for its prefix: a clear error") {

@@ -39,8 +39,9 @@ struct blend_options {
 
 /// The blend of corpora of type D (a token_dataset) for one epoch; models token_dataset and
 /// is a random-access range of dataset_sample. Samples are laid out corpus by corpus (the
-/// packer and the schedule order them anyway). Memory: 4 bytes a sample of the subsets, 8 a
-/// corpus. Every const member may be called from several threads at once.
+/// packer and the schedule order them anyway). Memory: 8 bytes a sample of the subsets (a
+/// corpus may have more than 2^32 samples), 8 a corpus. Every const member may be called from
+/// several threads at once.
 template <token_dataset D>
 class blended_dataset {
  public:
@@ -81,8 +82,8 @@ class blended_dataset {
       // The subset: the first `subset` of a (seed, epoch, corpus)-seeded permutation, in index
       // order (reads go forward through the files).
       const feistel_permutation order(r.available, epoch_seed(options.seed ^ (0x9e3779b97f4a7c15ULL * (k + 1)), options.epoch));
-      std::vector<std::uint32_t> chosen(r.subset);
-      for (std::uint64_t j = 0; j < r.subset; ++j) chosen[j] = static_cast<std::uint32_t>(order(j));
+      std::vector<std::uint64_t> chosen(r.subset);
+      for (std::uint64_t j = 0; j < r.subset; ++j) chosen[j] = order(j);
       std::sort(chosen.begin(), chosen.end());
       subsets_.push_back(std::move(chosen));
       starts_.add(r.taken);
@@ -147,7 +148,7 @@ class blended_dataset {
   }
 
   std::vector<D> corpora_;
-  std::vector<std::vector<std::uint32_t>> subsets_;
+  std::vector<std::vector<std::uint64_t>> subsets_;
   std::vector<blend_corpus_report> report_;
   detail::part_starts starts_;
 };

@@ -20,30 +20,34 @@ namespace multipack {
 
 /// The samples of a dataset D (a token_dataset) at the given indices, in the order given
 /// (repeats allowed); models token_dataset and has_source_dataset, and is a random-access range
-/// of dataset_sample. Memory: 4 bytes a sample. Every const member may be called from several
-/// threads at once.
+/// of dataset_sample. Memory: 8 bytes a sample (the dataset may have more than 2^32 samples:
+/// a subset of a large corpus). Every const member may be called from several threads at once.
 template <token_dataset D>
 class subset_dataset {
  public:
   /// Takes the dataset and the indices. Throws option_error naming the first index that is
-  /// not a sample of the dataset. O(indices).
+  /// not a sample of the dataset, and for 2^32 - 1 indices or more (pieces number samples with
+  /// 32 bits). O(indices).
   subset_dataset(D dataset, std::span<const std::size_t> indices) : dataset_(std::move(dataset)) {
+    check_size(indices.size());
     indices_.reserve(indices.size());
     for (std::size_t k = 0; k < indices.size(); ++k) {
       if (indices[k] >= dataset_.size())
         throw option_error("subset_dataset: index " + std::to_string(k) + " is sample " + std::to_string(indices[k]) +
                            ", but the dataset has " + std::to_string(dataset_.size()) + " samples");
-      indices_.push_back(static_cast<std::uint32_t>(indices[k]));
+      indices_.push_back(indices[k]);
     }
   }
 
   /// The samples for which keep(sample) is true (sample: a dataset_sample<D>), in order.
-  /// Throws what keep throws. O(samples of the dataset).
+  /// Throws what keep throws, and option_error when 2^32 - 1 samples or more are kept.
+  /// O(samples of the dataset).
   template <class Keep>
     requires std::predicate<const Keep&, dataset_sample<D>>
   subset_dataset(D dataset, const Keep& keep) : dataset_(std::move(dataset)) {
     for (std::size_t i = 0; i < dataset_.size(); ++i)
-      if (keep(dataset_sample<D>(&dataset_, i))) indices_.push_back(static_cast<std::uint32_t>(i));
+      if (keep(dataset_sample<D>(&dataset_, i))) indices_.push_back(i);
+    check_size(indices_.size());
   }
 
   [[nodiscard]] std::size_t size() const noexcept { return indices_.size(); }
@@ -76,6 +80,11 @@ class subset_dataset {
   [[nodiscard]] std::size_t source_index(std::size_t i) const noexcept { return indices_[i]; }
 
  private:
+  static void check_size(std::size_t samples) {
+    if (samples >= UINT32_MAX)
+      throw option_error("subset_dataset: " + std::to_string(samples) + " samples; at most 2^32 - 2 are supported");
+  }
+
   std::size_t source_index_checked(std::size_t i, const char* what) const {
     if (i >= size())
       throw option_error(std::string("subset_dataset: ") + what + ": sample " + std::to_string(i) +
@@ -84,7 +93,7 @@ class subset_dataset {
   }
 
   D dataset_;
-  std::vector<std::uint32_t> indices_;
+  std::vector<std::size_t> indices_;
 };
 
 }  // namespace multipack
