@@ -274,6 +274,7 @@ class shard_view : public std::ranges::view_interface<shard_view<Rows>> {
   /// epoch_schedule throws. Cost: the schedule's (8 bytes a row, 4 a slot); the rows are not
   /// copied.
   shard_view(Rows rows, const schedule_options& options, std::uint32_t rank) {
+    validate(options);  // a world of 0 ranks is that, not "rank 0 is outside the world of 0 ranks"
     detail::check_rank_in_world(rank, options.world_size, "views::shard");
     if constexpr (detail::packing_options_finder<Rows>::found) {
       const pack_options packing = detail::packing_options_finder<Rows>::get(rows);

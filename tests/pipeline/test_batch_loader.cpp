@@ -204,6 +204,11 @@ TEST_CASE("bad ranks, starts and masks are errors before any thread starts") {
   short_mask.mask = loss_mask::from_prompt_lengths(std::vector<std::uint32_t>(10, 1), "ten prompts");
   CHECK(test::contains(test::message_of<format_error>([&] { batch_loader<indexed_dataset> l(dataset, plan, 0, short_mask, {}); }),
                        "ten prompts"));
+  // Buffers for shorter rows than the plan's packing: refused here, not at the first long row.
+  batch_options narrow;
+  narrow.capacity = 1024;
+  CHECK(test::contains(test::message_of<option_error>([&] { batch_loader<indexed_dataset> l(dataset, plan, 0, narrow, {}); }),
+                       "batch_options::capacity is 1024, below the plan's packing capacity of 2048"));
   // A plan made for another dataset (more samples than this one has).
   const auto other = std::make_shared<const epoch_plan>(plan_epoch(std::vector<std::uint32_t>(6000, 5), {2048}, {1, 1}));
   CHECK(test::contains(test::message_of<sample_error>([&] { batch_loader<indexed_dataset> l(dataset, other, 0, {}, {}); }),

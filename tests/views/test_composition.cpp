@@ -400,6 +400,8 @@ TEST_CASE("misuse: a clear error, nothing started") {
   auto rows = alpaca() | views::pack({1024});
   CHECK(test::contains(test::message_of<option_error>([&] { (void)(rows | views::shard({2, 2}, 2)); }),
                        "rank 2 is outside the world of 2"));
+  CHECK(test::contains(test::message_of<option_error>([&] { (void)(rows | views::shard({0, 2}, 0)); }),
+                       "world_size must be at least 1"));
 
   // A user's steps of uneven size.
   struct uneven_steps : std::vector<std::vector<std::span<const piece>>> {

@@ -117,9 +117,14 @@ class loaded_batch {
 }
 
 /// The layout of a plan's batches made with `options`: layout_of(plan, pad_to_multiple), with
-/// options.capacity where it is not 0. O(rows).
+/// options.capacity where it is not 0. Throws option_error when options.capacity is below the
+/// plan's packing capacity (a row of the plan could fail to fit, steps into the epoch). O(rows).
 [[nodiscard]] inline batch_layout layout_of(const epoch_plan& plan, const batch_options& options) {
   batch_layout layout = layout_of(plan, options.pad_to_multiple);
+  if (options.capacity != 0 && options.capacity < layout.capacity)
+    throw option_error("batch_options::capacity is " + std::to_string(options.capacity) +
+                       ", below the plan's packing capacity of " + std::to_string(layout.capacity) +
+                       ": its rows may not fit (0 takes the plan's)");
   if (options.capacity != 0) layout.capacity = options.capacity;
   return layout;
 }

@@ -276,13 +276,13 @@ class epoch_loader {
     const std::string who = "epoch_loader: epoch " + std::to_string(epoch);
     if (!plan) throw option_error(who + ": the planner gave no plan");
     detail::check_plan(*dataset_, *plan, rank_, who);
+    if (plan->packed.report.capacity > layout_.capacity)  // before layout_of, which would refuse it unnamed
+      throw option_error(who + " is packed at capacity " + std::to_string(plan->packed.report.capacity) +
+                         ", more than the loader's buffers hold (" + std::to_string(layout_.capacity) + ")");
     const batch_layout layout = layout_of(*plan, options_);
     if (layout.micro_batch != layout_.micro_batch)
       throw option_error(who + " has a micro-batch of " + std::to_string(layout.micro_batch) + " rows, the first epoch " +
                          std::to_string(layout_.micro_batch) + ": every epoch of a loader needs the same");
-    if (plan->packed.report.capacity > layout_.capacity)
-      throw option_error(who + " is packed at capacity " + std::to_string(plan->packed.report.capacity) +
-                         ", more than the loader's buffers hold (" + std::to_string(layout_.capacity) + ")");
     if (layout.pieces_per_row() > layout_.pieces_per_row())
       throw option_error(who + " has a row of " + std::to_string(layout.pieces_per_row()) +
                          " pieces, more than the loader's buffers hold (" + std::to_string(layout_.pieces_per_row()) +
