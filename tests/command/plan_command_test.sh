@@ -208,6 +208,14 @@ def check_plan(report, dump, lengths_file, sequence, world, batch, remainder, ca
         if sorted(got) != sorted(expected):
             die(f'{dump}: step {step} does not hold rows [{first}, {first + group}) of the sequence '
                 f'(the plan with one rank and one row a step)')
+        # Unbalanced, rank k takes the k-th consecutive rows of the step; in a last step that is
+        # not full, its rows k, k + world, ... (a real row each while there are enough).
+        real = len(seq[first:first + group])
+        if real == group:
+            plain_rows = [expected[k * batch:(k + 1) * batch] for k in range(world)]
+        else:
+            plain_rows = [expected[k:real:world] for k in range(world)]
+            plain_rows = [rows + [()] * (batch - len(rows)) for rows in plain_rows]
         for rank in range(world):
             rows = cell[step][rank]
             if balanced:
@@ -215,11 +223,14 @@ def check_plan(report, dump, lengths_file, sequence, world, batch, remainder, ca
                 order = [position[row] if row else len(seq) for row in rows]
                 if order != sorted(order):
                     die(f'{dump}: step {step}, rank {rank}: rows not in the order of the sequence, padding last')
-            elif rows != expected[rank * batch:(rank + 1) * batch]:
+            elif rows != plain_rows[rank]:
                 die(f'{dump}: --no-balance: step {step}, rank {rank} should take rows '
-                    f'[{first + rank * batch}, {first + (rank + 1) * batch}) of the sequence, in order')
+                    f'[{first + rank * batch}, {first + (rank + 1) * batch}) of the sequence, in order '
+                    f'(rows {rank}, {rank + world}, ... of a last step that is not full)')
+            if real >= world and not rows[0]:
+                die(f'{dump}: step {step}, rank {rank}: only padding, while the step has a row for every rank')
         b = balance_of([sum(cost(row) for row in rows) for rows in cell[step]])
-        p = balance_of([sum(cost(row) for row in expected[k * batch:(k + 1) * batch]) for k in range(world)])
+        p = balance_of([sum(cost(row) for row in plain_rows[k] if row) for k in range(world)])
         mean, worst, plain_mean, plain_worst = mean + b, max(worst, b), plain_mean + p, max(plain_worst, p)
     mean, plain_mean = mean / steps, plain_mean / steps
     for key, value in [('balance_mean', mean), ('balance_worst', worst),

@@ -107,13 +107,21 @@ void check_schedule(const packed_rows& rows, const schedule_options& o, const ep
     }
     REQUIRE_MESSAGE(got == expected, "step " << step << " does not take the next rows of the sequence");
     if (!o.balance) {
-      // Rank r takes the r-th consecutive micro_batch rows of the step.
+      // Rank r takes the r-th consecutive micro_batch rows of the step; in a last step that
+      // is not full, its rows r, r + world, ...
+      const std::uint64_t real = std::min(step_rows, total - first);
       for (std::uint32_t rank = 0; rank < o.world_size; ++rank)
         for (std::uint32_t slot = 0; slot < o.micro_batch; ++slot) {
-          const std::uint64_t position = first + std::uint64_t{rank} * o.micro_batch + slot;
-          if (position < total) REQUIRE(s.rows(step, rank)[slot] == sequence[position]);
+          const std::uint64_t in_step = real == step_rows ? std::uint64_t{rank} * o.micro_batch + slot
+                                                          : rank + std::uint64_t{slot} * o.world_size;
+          REQUIRE(s.rows(step, rank)[slot] == (in_step < real ? sequence[first + in_step] : epoch_schedule::padding_row));
         }
     }
+    // While the step has a real row for every rank, every rank has one (its loss is over some
+    // tokens), balanced or not.
+    if (got.size() >= o.world_size)
+      for (std::uint32_t rank = 0; rank < o.world_size; ++rank)
+        REQUIRE_MESSAGE(s.rows(step, rank)[0] != epoch_schedule::padding_row, "rank " << rank << " has only padding");
   }
   // The rows before consumed_rows and after the last step are exactly those not scheduled.
   for (std::uint64_t i = 0; i < total; ++i) {
@@ -158,8 +166,9 @@ void check_schedule(const packed_rows& rows, const schedule_options& o, const ep
       for (const std::uint32_t row : s.rows(step, rank))
         if (row != epoch_schedule::padding_row) costs[rank] += cost_of(rows, row);
     const std::uint64_t first = o.consumed_rows + step * step_rows;
-    for (std::uint64_t i = 0; i < step_rows && first + i < total; ++i)
-      plain[i / o.micro_batch] += cost_of(rows, sequence[first + i]);
+    const std::uint64_t real = std::min(step_rows, total - first);
+    for (std::uint64_t i = 0; i < real; ++i)
+      plain[real == step_rows ? i / o.micro_batch : i % o.world_size] += cost_of(rows, sequence[first + i]);
     mean += balance_of(costs);
     worst = std::max(worst, balance_of(costs));
     plain_mean += balance_of(plain);

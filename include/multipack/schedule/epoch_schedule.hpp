@@ -180,13 +180,25 @@ class epoch_schedule {
       const std::uint64_t first = options.consumed_rows + step * step_rows;
       const std::uint64_t real = std::min(step_rows, total - first);
       for (std::uint64_t i = 0; i < step_rows; ++i) costs[i] = i < real ? row_costs[sequence_[first + i]] : 0;
-      // Without balancing, rank r takes the r-th consecutive micro_batch rows of the step.
+      // Without balancing, rank r takes the r-th consecutive micro_batch rows of the step; in
+      // a last step that is not full, its rows r, r + world, ...: each rank a real row while
+      // there are rows for all (consecutive, the first ranks would take them all and the
+      // others only padding: a loss over no token). Padding fills what is left.
+      const auto plain_rank = [&](std::uint64_t i) {
+        return static_cast<std::uint32_t>(real == step_rows ? i / batch : i % world);
+      };
       std::fill(plain_costs.begin(), plain_costs.end(), 0);
-      for (std::uint64_t i = 0; i < step_rows; ++i) plain_costs[i / batch] += costs[i];
+      for (std::uint64_t i = 0; i < real; ++i) plain_costs[plain_rank(i)] += costs[i];
       if (options.balance) {
         balancer.assign(costs, options.micro_batch, rank_of, rank_costs);
       } else {
-        for (std::uint64_t i = 0; i < step_rows; ++i) rank_of[i] = static_cast<std::uint32_t>(i / batch);
+        std::fill(filled.begin(), filled.end(), 0);
+        for (std::uint64_t i = 0; i < real; ++i) ++filled[rank_of[i] = plain_rank(i)];
+        std::uint32_t rank = 0;
+        for (std::uint64_t i = real; i < step_rows; ++i) {
+          while (filled[rank] == batch) ++rank;
+          ++filled[rank_of[i] = rank];
+        }
         rank_costs = plain_costs;
       }
       // Each rank's rows in the order of the sequence, padding last.

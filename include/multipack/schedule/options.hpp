@@ -46,7 +46,9 @@ struct schedule_options {
   std::uint64_t epoch = 0;
   remainder_policy remainder = remainder_policy::pad;
   /// Rows go to ranks within a step largest cost first (see row_cost); off: rank r takes the
-  /// r-th consecutive micro_batch rows of the step.
+  /// r-th consecutive micro_batch rows of the step, and in a last step that is not full, the
+  /// rows r, r + world_size, ... of it (each rank a real row while there are enough). A last
+  /// step with fewer real rows than ranks leaves some ranks only padding rows, either way.
   bool balance = true;
   /// Rows of this epoch's sequence already trained on, by a run that may have had another
   /// world size or micro-batch: the schedule starts after them. 0 for a fresh epoch.
