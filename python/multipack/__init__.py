@@ -296,7 +296,8 @@ class _Epochs:
 
 class BatchSampler(_Epochs, _SamplerBase):
     """A ``torch.utils.data`` batch sampler of packed rows, for this rank: a drop-in for
-    axolotl's ``MultipackBatchSampler`` and a Hugging Face ``Trainer``'s batch sampler.
+    axolotl's ``MultipackBatchSampler`` and a Hugging Face ``Trainer``'s batch sampler (with
+    ``all_ranks=True`` there: see below).
 
     Each item is one step's micro-batch: ``micro_batch`` rows, each a list of sample indices
     (axolotl's shape; a padding row that completes the last step is ``[]``, unless
@@ -306,6 +307,12 @@ class BatchSampler(_Epochs, _SamplerBase):
     ``StatefulDataLoader`` protocol). The other options are read-only attributes.
 
     ``world_size``/``rank`` default to the launcher's environment (``distributed_env``).
+    ``all_ranks=True`` yields every rank's micro-batch of each step, rank after rank (``len()``:
+    steps x world_size), for a data loader that shards a batch sampler itself: Hugging Face
+    accelerate's ``prepare_data_loader`` (which the ``Trainer`` and axolotl call) gives process
+    p the batches p, p + N, ..., that is rank p's micro-batch of every step. Given a per-rank
+    sampler instead, it would keep 1/N of each rank's steps. ``rank`` is then not used; the
+    state counts a step once its last rank's micro-batch is handed out.
     ``pack_threads`` packs each epoch's plan on that many threads, as ``pack(threads=...)``: the
     same plan for any count. ``overlong='split'`` is refused: a piece of a sample is not a sample
     index; use 'drop' (counted in ``report``), 'truncate' (the index stands for the sample's first
@@ -316,12 +323,17 @@ class BatchSampler(_Epochs, _SamplerBase):
     def __init__(self, lengths, capacity: int, micro_batch: int = 1, world_size: Optional[int] = None,
                  rank: Optional[int] = None, seed: int = 0, algorithm: str = "exact-fit", overlong: str = "drop",
                  max_per_row: int = 0, remainder: str = "pad", balance: bool = True, epoch: int = 0,
-                 pack_threads: int = 1):
+                 pack_threads: int = 1, all_ranks: bool = False):
         if overlong == "split":
             raise ValueError("BatchSampler: overlong='split' cuts samples into pieces, which lists of sample "
                              "indices cannot express; use overlong='drop' or 'truncate', or multipack.Loader")
+        self._all_ranks = _flag("all_ranks", all_ranks)
+        if self._all_ranks and rank is None:
+            rank = 0  # not used: every rank's micro-batches are yielded
         _Epochs.__init__(self, lengths, capacity, micro_batch, world_size, rank, seed, epoch, algorithm, overlong,
                          max_per_row, remainder, balance, pack_threads)
+
+    all_ranks = _fixed("all_ranks", "Whether every rank's micro-batches are yielded, rank after rank.")
 
     @property
     def report(self) -> Dict[str, Any]:
@@ -329,13 +341,21 @@ class BatchSampler(_Epochs, _SamplerBase):
         plan = self.plan()
         return {"packing": plan.packing_report, "schedule": plan.schedule_report}
 
+    def __len__(self) -> int:
+        """Micro-batches of this epoch: its steps, times world_size with ``all_ranks``."""
+        return self.plan().steps * (self.world_size if self.all_ranks else 1)
+
     def __iter__(self) -> Iterator[List[List[int]]]:
         steps = self._steps()
         plan, epoch = self.plan(), self.epoch
+        ranks = range(self.world_size) if self.all_ranks else (self.rank,)
         for step in steps:
-            if self._epoch == epoch:  # not after set_epoch in the loop: the state is the new epoch's
-                self._next_step = step + 1
-            yield plan.indices(step, self.rank)
+            for rank in ranks:
+                # The step counts once its last micro-batch is handed out; not after set_epoch
+                # in the loop: the state is the new epoch's.
+                if self._epoch == epoch and rank == ranks[-1]:
+                    self._next_step = step + 1
+                yield plan.indices(step, rank)
 
 
 def _paths(value) -> List[str]:

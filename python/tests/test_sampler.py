@@ -182,6 +182,22 @@ def test_a_state_saved_after_the_epoch_resumes_to_nothing_whatever_the_loop(leng
     assert (by_for.state_dict()["epoch"], by_for.state_dict()["step"]) == (1, 0)
 
 
+def test_all_ranks_for_a_loader_that_shards_the_batches_itself(lengths):
+    # Hugging Face accelerate's prepare_data_loader (the Trainer's, axolotl's) wraps a batch
+    # sampler in BatchSamplerShard: process p takes its batches p, p + N, ... With all_ranks
+    # those are exactly rank p's micro-batches; a per-rank sampler would lose (N-1)/N of them.
+    options = dict(capacity=2048, micro_batch=4, world_size=3, seed=2, algorithm="randomized-exact-fit")
+    sampler = multipack.BatchSampler(lengths, **options, all_ranks=True)
+    everything = list(sampler)
+    per_rank = [list(multipack.BatchSampler(lengths, **options, rank=r)) for r in range(3)]
+    assert len(everything) == len(sampler) == 3 * len(per_rank[0])
+    for process in range(3):
+        assert everything[process::3] == per_rank[process]
+    assert sampler.state_dict()["step"] == len(per_rank[0])
+    with pytest.raises(AttributeError):
+        sampler.all_ranks = False
+
+
 def test_world_from_the_environment(lengths, monkeypatch):
     monkeypatch.setenv("RANK", "2")
     monkeypatch.setenv("WORLD_SIZE", "3")
