@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # multipack-bench with several inputs (--data as Megatron-LM's --data-path): data/alpaca split
 # into 7 shards must give, through a pattern, a directory or the prefixes listed, exactly the
-# rows, plan, report and batches of the single file; a weighted blend takes round(w x N)
+# rows, plan, report and batches of the single file; a weighted blend takes w x N
 # samples from each corpus; bad --data gives one-line errors. `load --pipeline views` gives
 # the batches of the plan pipeline, byte for byte.
 #
@@ -139,7 +139,7 @@ same_report "$work/p-plan.json" "$work/p-views.json"
 ok "load --pipeline views: every batch of 2 epochs from step 3 byte for byte as --pipeline plan; the same counts"
 
 # ---------------------------------------------------------------------------------------------
-# 4. A weighted blend: round(w x N) samples from each corpus, N given or the corpora's sum.
+# 4. A weighted blend: w x N samples from each corpus, adding up to N (given or the corpora's sum).
 for n in 0 3001; do
   blend=(--data 0.7 "$prefix" 0.3 "$shards/shard_*")
   [[ $n -eq 0 ]] || blend+=(--blend-samples "$n")
@@ -152,15 +152,18 @@ n = n or 10000
 corpora = r['corpora']
 if [c['weight'] for c in corpora] != [0.7, 0.3]:
     die(f'weights {[c["weight"] for c in corpora]}')
-for c, w in zip(corpora, (0.7, 0.3)):
-    if c['taken'] != round(w * n) or c['samples'] != c['taken'] or c['available'] != 5000:
-        die(f'corpus {c}: expected round({w} x {n}) = {round(w * n)} samples taken of 5000')
+# w x N rounded so that the corpora's add up to N: the first corpus's share rounded (half up),
+# the second the rest.
+first = int(0.7 * n + 0.5)
+for c, w, want in zip(corpora, (0.7, 0.3), (first, n - first)):
+    if c['taken'] != want or c['samples'] != c['taken'] or c['available'] != 5000:
+        die(f'corpus {c}: expected {want} samples (of {w} x {n}) taken of 5000')
     if c['whole_passes'] * 5000 + c['subset'] != c['taken']:
         die(f'corpus {c}: whole passes and subset do not make what was taken')
 if r['samples'] != sum(c['taken'] for c in corpora) or r['tokens'] != sum(c['tokens'] for c in corpora):
     die(f'samples {r["samples"]}, tokens {r["tokens"]}: not the corpora summed')
 PY
-  ok "pack --data 0.7 alpaca 0.3 shard_* --blend-samples $n (0: the corpora's sum): round(w x N) samples a corpus"
+  ok "pack --data 0.7 alpaca 0.3 shard_* --blend-samples $n (0: the corpora's sum): w x N samples a corpus, N in all"
 done
 "$bench" plan --data 0.5 "$prefix" 0.5 "$shards" --world-size 2 --micro-batch 2 --epoch 1 --dump-plan "$work/b1.txt" >/dev/null
 "$bench" plan --data 0.5 "$prefix" 0.5 "$shards" --world-size 2 --micro-batch 2 --epoch 1 --dump-plan "$work/b2.txt" >/dev/null

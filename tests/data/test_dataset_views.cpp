@@ -1,5 +1,5 @@
 // Dataset views that real corpora need: data/alpaca split into 7 shards is, concatenated, the
-// same dataset (it packs and loads exactly as the single file); a blend takes round(w x N)
+// same dataset (it packs and loads exactly as the single file); a blend takes w x N
 // samples of each corpus in whole passes and a (seed, epoch) subset; a subset keeps each
 // sample's identity, so loss masks apply; and misuse gets a clear error.
 
@@ -93,7 +93,7 @@ TEST_CASE("data/alpaca in 7 shards, concatenated, packs and loads exactly as the
   }
 }
 
-TEST_CASE("a blend takes round(w x N) samples of each corpus: whole passes, then a (seed, epoch) subset") {
+TEST_CASE("a blend takes w x N samples of each corpus, N in all: whole passes, then a (seed, epoch) subset") {
   const auto dir = test::fresh_temp_dir("blend");
   const auto written = write_shards(dir, {4000, 1000});
   auto open_both = [&] {
@@ -112,6 +112,14 @@ TEST_CASE("a blend takes round(w x N) samples of each corpus: whole passes, then
   CHECK(report[1].taken == 2500);
   CHECK(report[1].whole_passes == 2);
   CHECK(report[1].subset == 500);
+  // Shares rounded so that they add up to N (each rounded alone, 2500.5 and 2500.5 made 5002).
+  const blended_dataset odd(open_both(), {1.0, 1.0}, {.samples = 5001, .seed = 3});
+  CHECK(odd.size() == 5001);
+  CHECK(odd.report()[0].taken + odd.report()[1].taken == 5001);
+  CHECK(std::max(odd.report()[0].taken, odd.report()[1].taken) == 2501);
+  const blended_dataset thirds(open_both(), {1.0, 2.0}, {.samples = 10, .seed = 3});
+  CHECK(thirds.report()[0].taken == 3);
+  CHECK(thirds.report()[1].taken == 7);
 
   std::map<std::pair<std::size_t, std::size_t>, int> times;
   std::uint64_t tokens[2] = {0, 0};

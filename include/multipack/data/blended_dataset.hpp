@@ -1,8 +1,8 @@
 #pragma once
 // A weighted blend of corpora, as Megatron-LM's blended datasets and Hugging Face's
-// interleave_datasets give: an epoch of N samples takes round(w_i x N) of them from corpus i
-// (weights normalised to sum 1): whole passes over the corpus, then a subset chosen by
-// (seed, epoch) for the rest. What each corpus gave is reported.
+// interleave_datasets give: an epoch of N samples takes w_i x N of them from corpus i
+// (weights normalised to sum 1; rounded so that they add up to N): whole passes over the
+// corpus, then a subset chosen by (seed, epoch) for the rest. What each corpus gave is reported.
 
 #include <algorithm>
 #include <cmath>
@@ -25,7 +25,7 @@ namespace multipack {
 struct blend_corpus_report {
   double weight = 0;               ///< its weight, normalised (the weights sum to 1)
   std::uint64_t available = 0;     ///< samples in the corpus
-  std::uint64_t taken = 0;         ///< samples of the epoch drawn from it: round(weight x N)
+  std::uint64_t taken = 0;         ///< samples of the epoch drawn from it: weight x N, rounded
   std::uint64_t whole_passes = 0;  ///< taken / available: every sample this many times ...
   std::uint64_t subset = 0;        ///< ... and this many more, chosen by (seed, epoch)
   std::uint64_t tokens = 0;        ///< tokens of the samples taken
@@ -45,7 +45,9 @@ struct blend_options {
 template <token_dataset D>
 class blended_dataset {
  public:
-  /// Blends `corpora` with `weights` (one each, finite and > 0; normalised). Throws
+  /// Blends `corpora` with `weights` (one each, finite and > 0; normalised): corpus k takes
+  /// w_k x N samples, rounded so that they add up to N (options.samples, or all the
+  /// corpora's samples when 0). Throws
   /// option_error for no corpus, a count mismatch, a bad weight, an empty corpus with a
   /// weight, or 2^32 - 1 samples or more (options.samples is checked first: a huge one, a -1
   /// that became 2^64 - 1, would overflow the rounding and the sums into a small count).
@@ -72,11 +74,21 @@ class blended_dataset {
     }
     const std::uint64_t total = options.samples != 0 ? options.samples : available;
     report_.resize(corpora_.size());
+    // Corpus k takes its share of N rounded so that the shares add up to N exactly: the
+    // rounded cumulative share up to k, less the one up to k - 1 (each within one sample of
+    // w x N; rounding each share alone could give N +- half the corpora).
+    double share_before = 0;
+    std::uint64_t taken_before = 0;
     for (std::size_t k = 0; k < corpora_.size(); ++k) {
       blend_corpus_report& r = report_[k];
       r.weight = weights[k] / sum;
       r.available = corpora_[k].size();
-      r.taken = static_cast<std::uint64_t>(std::llround(r.weight * static_cast<double>(total)));
+      share_before += r.weight;
+      const std::uint64_t taken_through =
+          k + 1 == corpora_.size() ? total
+                                   : std::min(total, static_cast<std::uint64_t>(std::llround(share_before * static_cast<double>(total))));
+      r.taken = taken_through - taken_before;
+      taken_before = taken_through;
       r.whole_passes = r.taken / r.available;
       r.subset = r.taken % r.available;
       // The subset: the first `subset` of a (seed, epoch, corpus)-seeded permutation, in index
