@@ -124,18 +124,18 @@ def test_break_and_garbage_collection_stop_the_threads(prefix):
         break
     del batch
     gc.collect()
-    assert threads_of_process() == before, "the loop ended but the workers still run"
+    assert threads_of_process(before) == before, "the loop ended but the workers still run"
 
     loader = multipack.Loader(prefix, capacity=2048, micro_batch=2, world_size=1, rank=0, threads=3)
     it = iter(loader)
     next(it)
-    assert threads_of_process() == before + 3 + 1, "three workers and the planning thread"
+    assert threads_of_process(before + 3 + 1) == before + 3 + 1, "three workers and the planning thread"
     del it
     gc.collect()
-    assert threads_of_process() == before
+    assert threads_of_process(before) == before
     with multipack.Loader(prefix, capacity=2048, world_size=1, rank=0, threads=2) as scoped:
         next(iter(scoped))
-    assert threads_of_process() == before
+    assert threads_of_process(before) == before
 
 
 def test_close_from_another_thread_ends_the_loop_there(prefix):
@@ -154,7 +154,7 @@ def test_close_from_another_thread_ends_the_loop_there(prefix):
         assert not consumer.is_alive(), f"trial {trial}: the loop still waits after close()"
         del it
     gc.collect()
-    assert threads_of_process() == before
+    assert threads_of_process(before) == before
 
 
 def test_a_state_saved_after_the_epoch_resumes_to_nothing(prefix):
@@ -261,7 +261,8 @@ def test_one_loader_spans_the_epochs(prefix):
     running = loader._batches
     for epoch in range(4):
         loader.set_epoch(epoch)
-        assert threads_of_process() == before + 2 + 1, f"epoch {epoch}: two workers and the planning thread"
+        running_threads = threads_of_process(before + 2 + 1)
+        assert running_threads == before + 2 + 1, f"epoch {epoch}: two workers and the planning thread"
         got = []
         for b in loader:
             assert b["epoch"] == epoch
@@ -278,7 +279,7 @@ def test_one_loader_spans_the_epochs(prefix):
     # at e + 1's start, so epochs 2 and 3 are packed into memory let go (two plans' memory).
     assert loader._recycler.reused >= 2
     loader.close()
-    assert threads_of_process() == before
+    assert threads_of_process(before) == before
 
 
 def test_the_plan_options_and_the_dataset_are_fixed_and_assigning_epoch_continues(prefix):
