@@ -15,10 +15,6 @@
 #include "support/packing_inputs.hpp"
 
 using namespace multipack;
-using test::all_algorithms;
-using test::alpaca_lengths;
-using test::generated_lengths;
-using test::tolerant_policies;
 
 namespace {
 
@@ -40,16 +36,16 @@ packing garbage_storage(std::size_t pieces, std::size_t offsets) {
 TEST_CASE("packing into an earlier packing's memory: the same rows, in the same blocks") {
   // Every algorithm and policy, small generated lengths and large ones (in halves, on two
   // threads): the blocks are reused when large enough, and every byte of them is rewritten.
-  const std::vector<std::uint32_t> alpaca = alpaca_lengths();
+  const std::vector<std::uint32_t> alpaca = test::alpaca_lengths();
   splitmix64 rng(31);
   std::vector<std::uint32_t> large(1'100'000);
   for (auto& length : large)
     length = static_cast<std::uint32_t>(rng.below(8) == 0 ? rng.below(5 * 2048) : alpaca[rng.below(alpaca.size())]);
   std::vector<std::vector<std::uint32_t>> shapes{large};
-  for (std::uint64_t seed = 0; seed < 12; ++seed) shapes.push_back(generated_lengths(seed, 2048));
+  for (std::uint64_t seed = 0; seed < 12; ++seed) shapes.push_back(test::generated_lengths(seed, 2048));
   for (const std::vector<std::uint32_t>& lengths : shapes)
-    for (const packing_algorithm algorithm : all_algorithms)
-      for (const overlong_policy policy : tolerant_policies) {
+    for (const packing_algorithm algorithm : test::all_algorithms)
+      for (const overlong_policy policy : test::tolerant_policies) {
         pack_options options{2048, algorithm, policy, 0, 5};
         options.threads = 2;
         CAPTURE(lengths.size());
@@ -78,7 +74,7 @@ TEST_CASE("packing into an earlier packing's memory: the same rows, in the same 
 }
 
 TEST_CASE("packing into an earlier packing's memory: epoch after epoch, and on a throw") {
-  const std::vector<std::uint32_t> alpaca = alpaca_lengths();
+  const std::vector<std::uint32_t> alpaca = test::alpaca_lengths();
   // randomized_exact_fit repacks every epoch: each epoch's rows, in the last epoch's blocks,
   // are the rows of that epoch packed into fresh memory.
   pack_options options{1024, packing_algorithm::randomized_exact_fit, overlong_policy::split, 0, 7};
