@@ -451,8 +451,9 @@ class python_loader {
     return plan_handle{std::move(plan)};
   }
 
-  /// Stops and joins the workers and the planning thread (without the GIL). Batches still
-  /// referenced stay valid.
+  /// Stops and joins the workers and the planning thread (without the GIL); with a next() or
+  /// planned() under way on another thread, that call stops them when it returns. Batches
+  /// still referenced stay valid.
   void close() {
     std::shared_ptr<loader_type> closing = std::move(loader_);
     py::gil_scoped_release unlocked;
