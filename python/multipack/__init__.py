@@ -90,8 +90,9 @@ def pack(lengths, capacity: int, algorithm: str = "exact-fit", overlong: str = "
 
 def distributed_env() -> Dict[str, Any]:
     """This process's rank, world size and local rank from the launcher's variables (torchrun's
-    RANK/WORLD_SIZE, Open MPI's, PMI's, Slurm's; none set: rank 0 of 1). A malformed or
-    contradictory environment raises OptionError naming the variable."""
+    RANK/WORLD_SIZE, Open MPI's, PMI's, Slurm's srun tasks; none set: rank 0 of 1). A malformed or
+    contradictory environment raises OptionError naming the variable, as does a process in a Slurm
+    allocation of several tasks that srun did not start (it would train on 1/N of the data alone)."""
     rank, world_size, local_rank, launcher = _multipack.distributed_env()
     return {"rank": rank, "world_size": world_size, "local_rank": local_rank, "launcher": launcher}
 

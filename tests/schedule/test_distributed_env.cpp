@@ -44,7 +44,7 @@ const std::vector<std::string> all_variables = {
     "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",                             // torchrun
     "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",       // Open MPI
     "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID",                                          // PMI
-    "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"};                                   // Slurm
+    "SLURM_PROCID", "SLURM_STEP_NUM_TASKS", "SLURM_LOCALID", "SLURM_NTASKS"};           // Slurm
 
 // Saves the variables on construction and puts them back (set or unset) on destruction.
 class saved_environment {
@@ -88,13 +88,42 @@ TEST_CASE("each launcher alone, with its local rank") {
                   {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}}),
             3, 4, 1, "Open MPI");
   check_env(read({{"PMI_RANK", "6"}, {"PMI_SIZE", "16"}, {"MPI_LOCALRANKID", "2"}}), 6, 16, 2, "PMI");
-  check_env(read({{"SLURM_PROCID", "9"}, {"SLURM_NTASKS", "12"}, {"SLURM_LOCALID", "3"}}), 9, 12, 3, "Slurm");
+  check_env(read({{"SLURM_PROCID", "9"}, {"SLURM_STEP_NUM_TASKS", "12"}, {"SLURM_NTASKS", "12"},
+                  {"SLURM_LOCALID", "3"}}),
+            9, 12, 3, "Slurm");
 }
 
 TEST_CASE("the local rank is optional: 0 without it") {
   check_env(read({{"RANK", "1"}, {"WORLD_SIZE", "2"}}), 1, 2, 0, "torchrun");
   check_env(read({{"PMI_RANK", "1"}, {"PMI_SIZE", "2"}}), 1, 2, 0, "PMI");
-  check_env(read({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "1"}}), 0, 1, 0, "Slurm");
+  check_env(read({{"SLURM_PROCID", "0"}, {"SLURM_STEP_NUM_TASKS", "1"}}), 0, 1, 0, "Slurm");
+}
+
+TEST_CASE("Slurm: only a task that srun started is one of the allocation's tasks") {
+  // A batch script's own variables (sbatch --ntasks=4, as `env` prints them there): SLURM_NTASKS
+  // is the allocation's, SLURM_PROCID 0, and no step. Read as rank 0 of 4, the one process the
+  // script runs would train on a quarter of the data.
+  const fake_env batch_script = {{"SLURM_NTASKS", "4"}, {"SLURM_PROCID", "0"}, {"SLURM_LOCALID", "0"}};
+  auto msg = read_error(batch_script);
+  CHECK(msg.starts_with("distributed_env: SLURM_NTASKS=4 but SLURM_STEP_NUM_TASKS is not set"));
+  CHECK(test::contains(msg, "srun"));
+  msg = read_error({{"SLURM_PROCID", "2"}});
+  CHECK(msg.starts_with("distributed_env: SLURM_PROCID=2 but SLURM_STEP_NUM_TASKS is not set"));
+  // An allocation of one task: that process is the whole job.
+  check_env(read({{"SLURM_NTASKS", "1"}, {"SLURM_PROCID", "0"}, {"SLURM_LOCALID", "0"}}), 0, 1, 0, "Slurm");
+  check_env(read({{"SLURM_PROCID", "0"}}), 0, 1, 0, "Slurm");
+  // The tasks that `srun` starts from that script: the step's task count is the world.
+  check_env(read({{"SLURM_NTASKS", "4"}, {"SLURM_STEP_NUM_TASKS", "4"}, {"SLURM_PROCID", "3"},
+                  {"SLURM_LOCALID", "1"}}),
+            3, 4, 1, "Slurm");
+  check_env(read({{"SLURM_NTASKS", "8"}, {"SLURM_STEP_NUM_TASKS", "2"}, {"SLURM_PROCID", "1"}}), 1, 2, 0, "Slurm");
+  // torchrun or mpirun run from the batch script: the inner launcher decides, no error.
+  fake_env batch_torchrun = batch_script;
+  batch_torchrun.insert({{"RANK", "5"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "5"}});
+  check_env(read(batch_torchrun), 5, 8, 5, "torchrun");
+  fake_env batch_mpirun = batch_script;
+  batch_mpirun.insert({{"OMPI_COMM_WORLD_RANK", "2"}, {"OMPI_COMM_WORLD_SIZE", "4"}});
+  check_env(read(batch_mpirun), 2, 4, 0, "Open MPI");
 }
 
 TEST_CASE("limits and spellings: the last rank, a world of 4294967295, leading zeros") {
@@ -173,7 +202,8 @@ TEST_CASE("a malformed value: an error naming the variable and quoting the value
     const char* why;
   };
   for (const char* variable : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_SIZE",
-                               "PMI_RANK", "MPI_LOCALRANKID", "SLURM_NTASKS", "SLURM_LOCALID"}) {
+                               "PMI_RANK", "MPI_LOCALRANKID", "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS",
+                               "SLURM_LOCALID"}) {
     for (const bad b : {bad{"", "''", "empty"}, bad{"abc", "'abc'", "not a non-negative decimal integer"},
                         bad{"-1", "'-1'", "not a non-negative"}, bad{"3x", "'3x'", "not a non-negative"},
                         bad{" 3", "' 3'", "not a non-negative"}, bad{"3 ", "'3 '", "not a non-negative"},
@@ -216,9 +246,8 @@ TEST_CASE("half a pair: an error naming the variable set and the one missing") {
            half{{{"PMI_RANK", "1"}}, "PMI_RANK=1", "PMI_SIZE"},
            half{{{"PMI_SIZE", "2"}}, "PMI_SIZE=2", "PMI_RANK"},
            half{{{"MPI_LOCALRANKID", "0"}}, "MPI_LOCALRANKID=0", "PMI_RANK"},
-           half{{{"SLURM_PROCID", "0"}}, "SLURM_PROCID=0", "SLURM_NTASKS"},
-           half{{{"SLURM_NTASKS", "2"}}, "SLURM_NTASKS=2", "SLURM_PROCID"},
-           half{{{"SLURM_LOCALID", "0"}}, "SLURM_LOCALID=0", "SLURM_PROCID"},
+           half{{{"SLURM_STEP_NUM_TASKS", "2"}}, "SLURM_STEP_NUM_TASKS=2", "SLURM_PROCID"},
+           half{{{"SLURM_STEP_NUM_TASKS", "2"}, {"SLURM_LOCALID", "0"}}, "SLURM_STEP_NUM_TASKS=2", "SLURM_PROCID"},
            // Half of the inner launcher is an error even when an outer one is complete.
            half{{{"RANK", "0"}, {"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "1"}}, "RANK=0", "WORLD_SIZE"},
            // Half of PMI next to a complete Open MPI.
@@ -238,8 +267,8 @@ TEST_CASE("world size 0 and a rank outside the world") {
   auto msg = read_error({{"RANK", "0"}, {"WORLD_SIZE", "0"}});
   CHECK(msg.starts_with("distributed_env: "));
   CHECK(test::contains(msg, "WORLD_SIZE=0"));
-  msg = read_error({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "0"}});
-  CHECK(test::contains(msg, "SLURM_NTASKS=0"));
+  msg = read_error({{"SLURM_PROCID", "0"}, {"SLURM_STEP_NUM_TASKS", "0"}});
+  CHECK(test::contains(msg, "SLURM_STEP_NUM_TASKS=0"));
 
   CHECK(read_error({{"RANK", "4"}, {"WORLD_SIZE", "4"}}) ==
         "distributed_env: rank 4 is outside the world of 4 ranks (RANK=4, WORLD_SIZE=4)");
@@ -250,8 +279,8 @@ TEST_CASE("world size 0 and a rank outside the world") {
   CHECK(test::contains(msg, "OMPI_COMM_WORLD_RANK=9, OMPI_COMM_WORLD_SIZE=2"));
   msg = read_error({{"PMI_RANK", "4294967295"}, {"PMI_SIZE", "4294967295"}});
   CHECK(test::contains(msg, "PMI_RANK=4294967295, PMI_SIZE=4294967295"));
-  msg = read_error({{"SLURM_PROCID", "3"}, {"SLURM_NTASKS", "2"}});
-  CHECK(test::contains(msg, "SLURM_PROCID=3, SLURM_NTASKS=2"));
+  msg = read_error({{"SLURM_PROCID", "3"}, {"SLURM_STEP_NUM_TASKS", "2"}});
+  CHECK(test::contains(msg, "SLURM_PROCID=3, SLURM_STEP_NUM_TASKS=2"));
 }
 
 TEST_CASE("local rank checks: not above the rank, below LOCAL_WORLD_SIZE") {
@@ -259,7 +288,7 @@ TEST_CASE("local rank checks: not above the rank, below LOCAL_WORLD_SIZE") {
   CHECK(msg.starts_with("distributed_env: "));
   CHECK(test::contains(msg, "local rank 3"));
   CHECK(test::contains(msg, "LOCAL_RANK=3, RANK=2"));
-  msg = read_error({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}, {"SLURM_LOCALID", "1"}});
+  msg = read_error({{"SLURM_PROCID", "0"}, {"SLURM_STEP_NUM_TASKS", "2"}, {"SLURM_LOCALID", "1"}});
   CHECK(test::contains(msg, "SLURM_LOCALID=1, SLURM_PROCID=0"));
   msg = read_error({{"PMI_RANK", "0"}, {"PMI_SIZE", "2"}, {"MPI_LOCALRANKID", "1"}});
   CHECK(test::contains(msg, "MPI_LOCALRANKID=1, PMI_RANK=0"));

@@ -8,7 +8,7 @@
 //   "torchrun"  RANK                   WORLD_SIZE             LOCAL_RANK (+ LOCAL_WORLD_SIZE)
 //   "Open MPI"  OMPI_COMM_WORLD_RANK   OMPI_COMM_WORLD_SIZE   OMPI_COMM_WORLD_LOCAL_RANK
 //   "PMI"       PMI_RANK               PMI_SIZE               MPI_LOCALRANKID  (MPICH/Hydra)
-//   "Slurm"     SLURM_PROCID           SLURM_NTASKS           SLURM_LOCALID
+//   "Slurm"     SLURM_PROCID           SLURM_STEP_NUM_TASKS   SLURM_LOCALID
 //
 // The rules, exactly:
 //  - Precedence follows nesting, innermost launcher first: torchrun, then Open MPI / PMI, then
@@ -30,6 +30,12 @@
 //  - world size >= 1; rank < world size; local rank <= rank (a process cannot have more
 //    processes before it on its node than in the world); with LOCAL_WORLD_SIZE, it is
 //    >= 1, at most WORLD_SIZE, and local rank < LOCAL_WORLD_SIZE.
+//  - Slurm's variables describe a task of `srun` only: srun sets SLURM_STEP_NUM_TASKS, the
+//    tasks of its step. A batch script (sbatch) or an salloc shell runs once, yet has the
+//    allocation's SLURM_NTASKS and SLURM_PROCID=0: read as rank 0 of SLURM_NTASKS, that one
+//    process would train on 1/SLURM_NTASKS of the data. So without SLURM_STEP_NUM_TASKS,
+//    SLURM_NTASKS > 1 (or SLURM_PROCID > 0) is an error that says to start the trainer with
+//    srun, and SLURM_NTASKS = 1 is rank 0 of 1, launcher "Slurm".
 //  - No variable of any launcher set: a single process, rank 0 of 1, local rank 0,
 //    launcher "none".
 // Every error is an option_error whose message starts with "distributed_env: ".
@@ -64,8 +70,10 @@ inline constexpr launcher_variables torchrun_variables{"torchrun", "RANK", "WORL
 inline constexpr launcher_variables open_mpi_variables{"Open MPI", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
                                                        "OMPI_COMM_WORLD_LOCAL_RANK", nullptr};
 inline constexpr launcher_variables pmi_variables{"PMI", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", nullptr};
-inline constexpr launcher_variables slurm_variables{"Slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID",
-                                                    nullptr};
+inline constexpr launcher_variables slurm_variables{"Slurm", "SLURM_PROCID", "SLURM_STEP_NUM_TASKS",
+                                                    "SLURM_LOCALID", nullptr};
+// The allocation's task count, set in a batch script and an salloc shell too (see the rules).
+inline constexpr const char* slurm_allocation_tasks = "SLURM_NTASKS";
 
 
 // One variable that was set: its name, and its value both as text and as a number.
@@ -162,6 +170,28 @@ inline std::optional<launcher_values> read_launcher(const std::function<const ch
   return launcher_values{&vars, *rank, *world, local, local_world};
 }
 
+// Slurm's values: those of an srun task, or for a process that srun did not start (no
+// SLURM_STEP_NUM_TASKS), rank 0 of 1 when the allocation has one task; nullopt when no Slurm
+// variable is set. Throws option_error for a process outside srun in an allocation of several
+// tasks, which would otherwise take 1/SLURM_NTASKS of the data while being the only process.
+inline std::optional<launcher_values> read_slurm(const std::function<const char*(const char*)>& lookup) {
+  if (read_env_number(lookup, slurm_variables.world_size)) return read_launcher(lookup, slurm_variables);
+  const auto tasks = read_env_number(lookup, slurm_allocation_tasks);
+  const auto rank = read_env_number(lookup, slurm_variables.rank);
+  const auto local = read_env_number(lookup, slurm_variables.local_rank);
+  if (!tasks && !rank && !local) return std::nullopt;
+  if ((tasks && tasks->value > 1) || (rank && rank->value > 0)) {
+    const env_number& shown = tasks && tasks->value > 1 ? *tasks : *rank;
+    throw option_error("distributed_env: " + shown.shown() + " but SLURM_STEP_NUM_TASKS is not set: this process " +
+                       "was not started by srun (a batch script or an salloc shell runs once), so it is not one " +
+                       "of the allocation's tasks; start the trainer with srun (or torchrun, mpirun), or give " +
+                       "the rank and world size yourself");
+  }
+  const env_number one_task{slurm_allocation_tasks, 1};
+  return launcher_values{&slurm_variables, env_number{slurm_variables.rank, 0}, one_task, std::nullopt,
+                         std::nullopt};
+}
+
 // Throws option_error naming both variables when Open MPI's `a` and PMI's `b` differ.
 inline void require_same_mpi_value(std::string_view what, const env_number& a, const env_number& b) {
   if (a.value != b.value)
@@ -180,7 +210,7 @@ struct distributed_env {
   std::string launcher = "none";
 
   /// Reads the process's environment (std::getenv) under the rules at the top of this
-  /// header. Cost: at most 13 getenv calls and a few small strings. Throws option_error
+  /// header. Cost: at most 14 getenv calls and a few small strings. Throws option_error
   /// ("distributed_env: ...") for a malformed, incomplete or contradictory environment.
   /// Thread-safe against other readers of the environment, NOT against setenv, putenv or
   /// unsetenv in another thread at the same time (POSIX gives getenv no such guarantee):
@@ -192,7 +222,7 @@ struct distributed_env {
   /// As from_environment, with every variable read through `lookup`, which returns the
   /// value of the variable named by its argument, or nullptr when it is unset (for tests,
   /// and for callers with their own environment). Each returned string is copied before the
-  /// next call, so it need only live until then. Cost: at most 13 calls of lookup. Throws
+  /// next call, so it need only live until then. Cost: at most 14 calls of lookup. Throws
   /// option_error as from_environment does, or when `lookup` is empty; lets through what
   /// lookup throws. Thread-safe when lookup is.
   [[nodiscard]] static distributed_env from(const std::function<const char*(const char*)>& lookup) {
@@ -212,7 +242,7 @@ struct distributed_env {
         chosen = open_mpi ? open_mpi : pmi;
       }
     }
-    if (!chosen) chosen = detail::read_launcher(lookup, detail::slurm_variables);
+    if (!chosen) chosen = detail::read_slurm(lookup);
     if (!chosen) return distributed_env{};
     return distributed_env{chosen->rank.value, chosen->world_size.value,
                            chosen->local_rank ? chosen->local_rank->value : 0,
