@@ -111,6 +111,7 @@ int run_plan_command(const plan_command_options& o) {
     out["consumed_rows"] = r.consumed_rows;
     out["scheduled_rows"] = r.scheduled_rows;
     out["padded_rows"] = r.padded_rows;
+    out["padding_only_ranks"] = r.padding_only_ranks;
     out["dropped_rows"] = r.dropped_rows;
     out["pack_seconds"] = pack_seconds;
     out["plan_seconds"] = plan_seconds;
@@ -137,7 +138,9 @@ int run_plan_command(const plan_command_options& o) {
   fmt::print("  steps          {:>14L}   on every rank{}\n", r.steps,
              o.schedule.start_step == 0 ? std::string() : fmt::format("; resuming at step {}: {} left", o.schedule.start_step, r.steps - o.schedule.start_step));
   if (r.consumed_rows != 0) fmt::print("  consumed       {:>14L}   rows trained on before this run\n", r.consumed_rows);
-  fmt::print("  padded         {:>14L}   rows (no pieces, no loss)\n", r.padded_rows);
+  fmt::print("  padded         {:>14L}   rows (no pieces, no loss){}\n", r.padded_rows,
+             r.padding_only_ranks == 0 ? std::string()
+                                       : fmt::format("; {} ranks with only padding in the last step", r.padding_only_ranks));
   fmt::print("  dropped        {:>14L}   rows of the remainder: {:L} samples, {:L} tokens; {:L} samples longer than a row\n",
              r.dropped_rows, r.dropped_samples, r.dropped_tokens, packed.dropped_samples);
   fmt::print("  balance        {:>14.4f}   costliest rank / mean, mean of the steps (worst {:.4f})\n", r.balance_mean, r.balance_worst);

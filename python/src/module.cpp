@@ -135,6 +135,7 @@ py::dict to_dict(const schedule_report& r) {
   d["consumed_rows"] = r.consumed_rows;
   d["scheduled_rows"] = r.scheduled_rows;
   d["padded_rows"] = r.padded_rows;
+  d["padding_only_ranks"] = r.padding_only_ranks;
   d["dropped_rows"] = r.dropped_rows;
   d["dropped_samples"] = r.dropped_samples;
   d["dropped_tokens"] = r.dropped_tokens;

@@ -207,6 +207,15 @@ def test_world_from_the_environment(lengths, monkeypatch):
     monkeypatch.setenv("RANK", "3")
     with pytest.raises(multipack.OptionError, match="RANK"):
         multipack.BatchSampler(lengths, 2048, 2)
+    # A Slurm batch script that runs the trainer itself, without srun: one process, not 4.
+    monkeypatch.delenv("RANK")
+    monkeypatch.delenv("WORLD_SIZE")
+    monkeypatch.setenv("SLURM_NTASKS", "4")
+    monkeypatch.setenv("SLURM_PROCID", "0")
+    with pytest.raises(multipack.OptionError, match="SLURM_NTASKS=4 but SLURM_STEP_NUM_TASKS is not set.*srun"):
+        multipack.BatchSampler(lengths, 2048, 2)
+    monkeypatch.setenv("SLURM_STEP_NUM_TASKS", "4")
+    assert multipack.distributed_env() == {"rank": 0, "world_size": 4, "local_rank": 0, "launcher": "Slurm"}
 
 
 def test_padding_rows_complete_the_last_step(lengths):
@@ -216,6 +225,15 @@ def test_padding_rows_complete_the_last_step(lengths):
     rows = [row for r in range(3) for step in multipack.BatchSampler(lengths, 4096, 7, world_size=3, rank=r)
             for row in step]
     assert sum(1 for row in rows if row == []) == padded
+    # Ranks whose last step is padding only (no token to train on there): counted in the report.
+    seen_padding_only = False
+    for world in range(3, 12):
+        samplers = [multipack.BatchSampler(lengths, 4096, 2, world_size=world, rank=r) for r in range(world)]
+        last_steps = [list(s)[-1] for s in samplers]
+        padding_only = sum(1 for step in last_steps if all(row == [] for row in step))
+        assert samplers[0].report["schedule"]["padding_only_ranks"] == padding_only
+        seen_padding_only |= padding_only > 0
+    assert seen_padding_only
     dropped = multipack.BatchSampler(lengths, 4096, 7, world_size=3, rank=0, remainder="drop")
     assert all(row for step in dropped for row in step)
 

@@ -76,6 +76,7 @@ void check_schedule(const packed_rows& rows, const schedule_options& o, const ep
   std::vector<int> seen(total, 0);
   std::uint64_t padding = 0;
   std::uint64_t scheduled = 0;
+  std::uint32_t padding_only_ranks = 0;
   for (std::uint64_t step = 0; step < s.steps(); ++step) {
     const std::uint64_t first = o.consumed_rows + step * step_rows;
     std::multiset<std::uint32_t> expected;
@@ -122,6 +123,12 @@ void check_schedule(const packed_rows& rows, const schedule_options& o, const ep
     if (got.size() >= o.world_size)
       for (std::uint32_t rank = 0; rank < o.world_size; ++rank)
         REQUIRE_MESSAGE(s.rows(step, rank)[0] != epoch_schedule::padding_row, "rank " << rank << " has only padding");
+    for (std::uint32_t rank = 0; rank < o.world_size; ++rank) {
+      const auto mine = s.rows(step, rank);
+      padding_only_ranks += std::all_of(mine.begin(), mine.end(), [](std::uint32_t row) {
+        return row == epoch_schedule::padding_row;
+      }) ? 1 : 0;
+    }
   }
   // The rows before consumed_rows and after the last step are exactly those not scheduled.
   for (std::uint64_t i = 0; i < total; ++i) {
@@ -143,6 +150,7 @@ void check_schedule(const packed_rows& rows, const schedule_options& o, const ep
   CHECK(r.rows == total);
   CHECK(r.scheduled_rows == scheduled);
   CHECK(r.padded_rows == padding);
+  CHECK(r.padding_only_ranks == padding_only_ranks);
   CHECK(r.dropped_rows == left - scheduled);
   CHECK(r.consumed_rows == o.consumed_rows);
 
@@ -392,6 +400,32 @@ TEST_CASE("padding completes the last step; a small remainder is dropped and cou
   CHECK(wide.steps() == 1);
   check_schedule(rows, wide.options(), wide);
   for (std::uint32_t rank = 0; rank < 7; ++rank) CHECK(wide.rows(0, rank)[0] != epoch_schedule::padding_row);
+  CHECK(wide.report().padding_only_ranks == 0);
+}
+
+TEST_CASE("a last step with fewer real rows than ranks: the ranks with only padding are counted") {
+  // 11 rows, 4 ranks x 2 rows a step: the last step has 3 real rows, so one rank trains on no
+  // token there, balanced or not; under remainder drop that step is left out.
+  const packed_rows rows = rows_of_lengths({5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15});
+  for (const bool balance : {true, false}) {
+    CAPTURE(balance);
+    schedule_options o{4, 2, 3, 0};
+    o.balance = balance;
+    const epoch_schedule padded(rows, o);
+    CHECK(padded.steps() == 2);
+    CHECK(padded.report().padding_only_ranks == 1);
+    check_schedule(rows, padded.options(), padded);
+    // Resumed after 4 rows: 7 left, the last step has 7 real rows of 8, so every rank has one.
+    o.consumed_rows = 4;
+    const epoch_schedule resumed(rows, o);
+    CHECK(resumed.report().padding_only_ranks == 0);
+    check_schedule(rows, resumed.options(), resumed);
+    o.consumed_rows = 0;
+    o.remainder = remainder_policy::drop;
+    const epoch_schedule dropped(rows, o);
+    CHECK(dropped.report().padding_only_ranks == 0);
+    check_schedule(rows, dropped.options(), dropped);
+  }
 }
 
 TEST_CASE("bad options are clear errors, not empty or wrong schedules") {

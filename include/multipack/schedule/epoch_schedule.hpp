@@ -218,6 +218,10 @@ class epoch_schedule {
     if (steps_ > 0) {
       report_.balance_mean = balance_sum / static_cast<double>(steps_);
       report_.balance_mean_unbalanced = plain_sum / static_cast<double>(steps_);
+      // A rank's rows come real first, so its first slot says whether it has any.
+      const std::uint32_t* last = slots_.data() + (steps_ - 1) * step_rows;
+      for (std::uint64_t rank = 0; rank < world; ++rank)
+        report_.padding_only_ranks += last[rank * batch] == padding_row ? 1 : 0;
     }
 
     // The rows of an incomplete last step under remainder drop: counted, sample by sample.

@@ -13,6 +13,11 @@ struct schedule_report {
   std::uint64_t consumed_rows = 0;    ///< rows left out because an earlier run trained on them
   std::uint64_t scheduled_rows = 0;   ///< rows of the packing in some (step, rank, slot)
   std::uint64_t padded_rows = 0;      ///< padding rows added to complete the last step (pad)
+  /// Ranks whose micro-batch in the last step is padding rows only (pad, when that step has
+  /// fewer real rows than ranks): they train on no token there, so a loss averaged over each
+  /// rank's own tokens is 0/0 on them. Divide the summed loss by the loss tokens of the whole
+  /// step (all-reduced) instead.
+  std::uint32_t padding_only_ranks = 0;
   std::uint64_t dropped_rows = 0;     ///< rows of the incomplete last step left out (drop)
   std::uint64_t dropped_samples = 0;  ///< samples with a piece in a dropped row
   std::uint64_t dropped_tokens = 0;   ///< tokens in dropped rows
