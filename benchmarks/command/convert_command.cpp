@@ -24,6 +24,7 @@
 
 #include "command/common.hpp"
 #include "command/jsonl_converter.hpp"
+#include "command/options.hpp"
 #include "multipack/core/error.hpp"
 #include "multipack/data/dtype.hpp"
 #include "multipack/data/indexed_dataset_writer.hpp"
@@ -110,7 +111,9 @@ void add_convert_command(CLI::App& app, convert_command_options& o, std::functio
                                      "the field holding per-token labels; given, every line must have it")
                      ->capture_default_str();
   prompt->excludes(labels);
-  command->add_option("--ignore-index", o.ignore_index, "a label that carries no loss")->capture_default_str();
+  command->add_option("--ignore-index", o.ignore_index, "a label that carries no loss")
+      ->capture_default_str()
+      ->transform(signed_integer);
   command->add_flag("--json", o.json, "print one JSON object on standard output");
   command->callback([&o, &action, prompt, labels] {
     o.prompt_field_required = prompt->count() > 0;

@@ -89,26 +89,27 @@ void add_load_command(CLI::App& app, load_command_options& o, std::function<int(
   command->add_flag("--train-on-inputs", o.train_on_inputs, "prompt tokens carry loss too");
   add_schedule_flags(*command, o.schedule, schedule_flags_form::defaulted);
   command->add_option("--rank", o.rank, "the rank whose batches are loaded")->capture_default_str()
-      ->check(non_negative_integer);
+      ->transform(non_negative_integer);
   command->add_option("--epochs", o.epochs, "epochs to load, one after the other")->capture_default_str()
-      ->check(positive_integer);
-  command->add_option("--max-steps", o.max_steps, "stop after N batches in all")->check(positive_integer);
+      ->transform(positive_integer);
+  command->add_option("--max-steps", o.max_steps, "stop after N batches in all")->transform(positive_integer);
   command->add_option("--threads", o.threads, "worker threads building batches")->capture_default_str()
-      ->check(positive_integer);
+      ->transform(positive_integer);
   command->add_option("--depth", o.depth, "buffers: batches built ahead of the trainer (at most 65536)")
       ->capture_default_str()
-      ->check(CLI::Range(std::size_t{1}, std::size_t{65536}));
+      ->check(CLI::Range(std::size_t{1}, std::size_t{65536}))
+      ->transform(non_negative_integer);
   command->add_option("--step-ms", o.step_ms, "milliseconds the simulated trainer spends a step; 0: none")
       ->capture_default_str()
       ->check(step_milliseconds);
   command->add_option("--pad-to-multiple", o.pad_to_multiple,
                       "0: rows of the capacity; N: the batch's longest row rounded up to a multiple of N")
       ->capture_default_str()
-      ->check(non_negative_integer);
+      ->transform(non_negative_integer);
   command->add_option("--memcpy-buffer-mib", o.memcpy_buffer_mib,
                       "MiB of each of the memcpy floor's two buffers; 0: twice the last-level cache, within [64, 256]")
       ->capture_default_str()
-      ->check(non_negative_integer)
+      ->transform(non_negative_integer)
       ->check(CLI::Range(std::uint64_t{0}, std::uint64_t{1} << 20));
   command->add_flag("--int64", o.int64, "int64 token arrays (default int32)");
   command->add_flag("--json", o.json, "print one JSON object on standard output");
@@ -118,9 +119,9 @@ void add_load_command(CLI::App& app, load_command_options& o, std::function<int(
   command->add_option("--repeat-data", o.repeat_data,
                       "see the data N times over in each epoch (longer epochs for steady-state figures)")
       ->capture_default_str()
-      ->check(positive_integer);
+      ->transform(positive_integer);
   command->add_option("--dump-count", o.dump_count, "batches --dump-batches writes")->capture_default_str()
-      ->check(non_negative_integer);
+      ->transform(non_negative_integer);
   command->add_option("--pipeline", o.pipeline,
                       "plan: one epoch_loader over every epoch's plan_epoch; views: dataset | views::pack | views::shard "
                       "| std::views::drop(start step) | views::prefetch")
@@ -131,7 +132,7 @@ void add_load_command(CLI::App& app, load_command_options& o, std::function<int(
                     "is a kernel on the trainer's stream");
   command->add_option("--batches-in-flight", o.batches_in_flight, "with --device: device buffers")
       ->capture_default_str()
-      ->check(positive_integer)
+      ->transform(positive_integer)
       ->check(CLI::Range(std::size_t{1}, std::size_t{1024}));
   command->callback([&o, &action, refused] {
     for (const CLI::Option* option : refused)

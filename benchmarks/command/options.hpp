@@ -18,9 +18,13 @@
 
 namespace multipack::bench {
 
+// The integer validators are transforms (Option::transform, not check): each rewrites the
+// decimal text it accepts without leading zeros, since CLI11 converts integers with strtoull's
+// base 0, which reads "010" as octal 8 and "0x10" as 16.
+
 /// Accepts digits only, up to 2^64 - 1: CLI11 would otherwise read "-1" into an unsigned
 /// 64-bit option as 2^64 - 1 and saturate larger numbers, and its NonNegativeNumber message
-/// prints the range of a double.
+/// prints the range of a double. A narrower option's range is CLI11's own check after it.
 inline const CLI::Validator non_negative_integer(
     [](std::string& text) -> std::string {
       std::uint64_t value = 0;
@@ -29,6 +33,7 @@ inline const CLI::Validator non_negative_integer(
       if (text.empty() || text.find_first_not_of("0123456789") != std::string::npos || parsed.ptr != end ||
           parsed.ec != std::errc{})
         return "expected an integer from 0 to 18446744073709551615, got '" + text + "'";
+      text = std::to_string(value);
       return {};
     },
     "UINT");
@@ -36,12 +41,27 @@ inline const CLI::Validator non_negative_integer(
 /// Accepts digits only, from 1 to 2^64 - 1.
 inline const CLI::Validator positive_integer(
     [](std::string& text) -> std::string {
-      std::string copy = text;
-      if (!non_negative_integer(copy).empty() || text.find_first_not_of('0') == std::string::npos)
-        return "expected an integer from 1 to 18446744073709551615, got '" + text + "'";
+      const std::string given = text;
+      if (!non_negative_integer(text).empty() || text == "0")
+        return "expected an integer from 1 to 18446744073709551615, got '" + given + "'";
       return {};
     },
     "UINT>0");
+
+/// Accepts an optional minus sign and digits, within a 64-bit signed integer.
+inline const CLI::Validator signed_integer(
+    [](std::string& text) -> std::string {
+      std::int64_t value = 0;
+      const char* end = text.data() + text.size();
+      const auto parsed = std::from_chars(text.data(), end, value);
+      const std::size_t digits = !text.empty() && text.front() == '-' ? 1 : 0;
+      if (text.size() == digits || text.find_first_not_of("0123456789", digits) != std::string::npos ||
+          parsed.ptr != end || parsed.ec != std::errc{})
+        return "expected an integer from -9223372036854775808 to 9223372036854775807, got '" + text + "'";
+      text = std::to_string(value);
+      return {};
+    },
+    "INT");
 
 /// Where the samples come from: Megatron indexed datasets (--data: prefixes, directories or
 /// patterns, or Megatron-LM's weights and prefixes interleaved for a blend) or a text list of
@@ -108,31 +128,33 @@ inline void add_input_flags(CLI::App& command, input_flags& o) {
   auto* lengths = command.add_option("--lengths", o.lengths_file, "text file: one sample length per line");
   data->excludes(lengths);
   command.add_option("--resample", o.resample, "draw N lengths with replacement from the input (for scale)")
-      ->check(non_negative_integer);
+      ->transform(non_negative_integer);
   command.add_option("--resample-seed", o.resample_seed, "seed of --resample")->capture_default_str()
-      ->check(non_negative_integer);
+      ->transform(non_negative_integer);
   command.add_option("--blend-samples", o.blend_samples,
                      "samples of a blend's epoch (weighted --data); 0: the corpora's samples in all")
       ->capture_default_str()
-      ->check(non_negative_integer);
+      ->transform(non_negative_integer);
 }
 
 /// The input flags, then --capacity, --algorithm, --overlong, --max-per-row, --seed, --pack-threads.
 inline void add_packing_flags(CLI::App& command, packing_flags& o) {
   add_input_flags(command, o.source);
-  command.add_option("--capacity", o.capacity, "tokens per row")->capture_default_str();
+  command.add_option("--capacity", o.capacity, "tokens per row")->capture_default_str()->transform(non_negative_integer);
   command.add_option("--algorithm", o.algorithm,
                      "exact-fit | best-fit-decreasing | first-fit-decreasing | next-fit | randomized-exact-fit")
       ->capture_default_str();
   command.add_option("--overlong", o.overlong, "samples longer than a row: drop | truncate | split | error")
       ->capture_default_str();
   command.add_option("--max-per-row", o.max_per_row, "most samples (pieces) in a row; 0 = unlimited")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->transform(non_negative_integer);
   command.add_option("--seed", o.seed, "seed of the randomized algorithm (pack); of every epoch's packing and order (plan)")
       ->capture_default_str()
-      ->check(non_negative_integer);
+      ->transform(non_negative_integer);
   command.add_option("--pack-threads", o.threads, "threads for packing's passes over the samples (the same rows for any)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->transform(non_negative_integer);
 }
 
 /// How the schedule flags are given: `plan` requires the world and the micro-batch (and leaves
@@ -144,20 +166,20 @@ inline void add_schedule_flags(CLI::App& command, schedule_flags& o, schedule_fl
   auto* world = command.add_option("--world-size", o.world_size, "ranks (data-parallel processes)");
   auto* micro = command.add_option("--micro-batch", o.micro_batch, "rows each rank takes a step (a batch)");
   if (form == schedule_flags_form::required) {
-    world->required();
-    micro->required();
+    world->required()->transform(non_negative_integer);
+    micro->required()->transform(non_negative_integer);
   } else {
-    world->capture_default_str()->check(positive_integer);
-    micro->capture_default_str()->check(positive_integer);
+    world->capture_default_str()->transform(positive_integer);
+    micro->capture_default_str()->transform(positive_integer);
   }
   command.add_option("--epoch", o.epoch, "epoch number (load: the first): with --seed, fixes the packing and the order")
       ->capture_default_str()
-      ->check(non_negative_integer);
+      ->transform(non_negative_integer);
   command.add_option("--remainder", o.remainder, "rows that do not fill a last step: pad | drop")->capture_default_str();
   command.add_flag("--no-balance", o.no_balance, "rank r takes the r-th consecutive rows of each step");
   command.add_option("--start-step", o.start_step, "start at this step (resume): plan dumps, load loads from it")
       ->capture_default_str()
-      ->check(non_negative_integer);
+      ->transform(non_negative_integer);
 }
 
 }  // namespace multipack::bench

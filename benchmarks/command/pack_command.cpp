@@ -164,7 +164,9 @@ int run_pack_command(const pack_command_options& o) {
 void add_pack_command(CLI::App& app, pack_command_options& o, std::function<int()>& action) {
   CLI::App* command = app.add_subcommand("pack", "pack sample lengths into rows and report how well and how fast");
   add_packing_flags(*command, o.packing);
-  command->add_option("--repeat", o.repeat, "pack R times; report the fastest and the first")->capture_default_str();
+  command->add_option("--repeat", o.repeat, "pack R times; report the fastest and the first")
+      ->capture_default_str()
+      ->transform(non_negative_integer);
   command->add_option("--idle-before", o.idle_before,
                       "wait SECONDS before the first packing, before packing into its memory and before timing the first "
                       "touch of fresh memory, "

@@ -162,8 +162,10 @@ void add_plan_command(CLI::App& app, plan_command_options& o, std::function<int(
   command->add_option("--consumed-rows", o.consumed_rows,
                       "rows of this epoch already trained on (by a run with any world size): start after them")
       ->capture_default_str()
-      ->check(non_negative_integer);
-  command->add_option("--repeat", o.repeat, "schedule R times; report the fastest")->capture_default_str();
+      ->transform(non_negative_integer);
+  command->add_option("--repeat", o.repeat, "schedule R times; report the fastest")
+      ->capture_default_str()
+      ->transform(non_negative_integer);
   command->add_flag("--json", o.json, "print one JSON object on standard output");
   command->add_option("--dump-plan", o.dump_plan, "write the plan to FILE: `epoch step rank slot pieces...` a row");
   command->callback([&] { action = [&] { return run_plan_command(o); }; });

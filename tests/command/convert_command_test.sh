@@ -127,6 +127,12 @@ expect_success --input "$work/prompt.jsonl" --output "$work/out_named" --dtype u
 cmp "$work/out_named.prompt_lengths" "$work/out_prompt.prompt_lengths" || fail "--prompt-field named: other prompt lengths"
 ok "--prompt-field given and present on every line: the same prompt lengths"
 
+# --ignore-index is decimal, leading zeros and all (CLI11 alone reads -0100 as octal -64).
+expect_success --input "$work/labels.jsonl" --output "$work/out_ignore" --dtype uint16 --ignore-index -0100
+cmp "$work/out_ignore.loss_mask.bin" "$work/out_labels.loss_mask.bin" || fail "--ignore-index -0100: another mask"
+expect_error "'0x10'" --input "$work/labels.jsonl" --output "$work/out_hex" --ignore-index 0x10
+ok "--ignore-index -0100 is -100; 0x10 is refused"
+
 # Bad lines: one-line errors naming the line; no output left behind.
 bad() {  # bad NAME MESSAGE CONTENT [convert flags...]
   local name=$1 message=$2 content=$3

@@ -227,6 +227,12 @@ expect_error "capacity" --capacity abc
 expect_error "bogus" --algorithm bogus
 expect_error "bogus" --overlong bogus
 expect_error "'-1'" --seed -1
+expect_error "'0x100'" --lengths "$lengths_txt" --capacity 0x100
+# Integers are decimal: a leading zero is not octal (CLI11 alone reads 010 as 8).
+expect_success --lengths "$lengths_txt" --capacity 02048 --seed 010 --max-per-row 08 --json
+"$python" -c 'import json, sys; r = json.load(open(sys.argv[1])); assert (r["capacity"], r["seed"], r["max_per_row"]) == (2048, 10, 8), r' \
+  "$work/out" || fail "--capacity 02048 --seed 010: not read as decimal"
+ok "--capacity 02048 --seed 010 --max-per-row 08: decimal 2048, 10 and 8"
 expect_error "'99999999999999999999'" --resample 99999999999999999999
 expect_error "--no-such-flag" --no-such-flag
 expect_error "$work/missing" --data "$work/missing"
