@@ -57,6 +57,27 @@ std::vector<std::filesystem::path> write_shards(const std::filesystem::path& dir
 
 }  // namespace
 
+TEST_CASE("a directory's shards come in natural order; a prefix with pattern characters is itself") {
+  // shard_0 ... shard_11: string order would put shard_10 and shard_11 before shard_2, and
+  // a list of prompt-length files in the shards' numbered order would go to other shards.
+  const auto dir = test::fresh_temp_dir("natural_order");
+  const auto written = write_shards(dir, {400, 400, 400, 400, 400, 400, 400, 400, 400, 400, 500, 500});
+  CHECK(indexed_prefixes(dir) == written);
+  CHECK(indexed_prefixes(dir / "shard_*") == written);
+  CHECK(detail::natural_less("shard_2", "shard_10"));
+  CHECK(!detail::natural_less("shard_10", "shard_2"));
+  CHECK(detail::natural_less("a", "a1"));
+  CHECK(detail::natural_less("part_01", "part_1"));  // equal as numbers: string order, so not equivalent
+  CHECK(!detail::natural_less("part_1", "part_01"));
+  CHECK(detail::natural_less("x9y", "x10"));
+  CHECK(!detail::natural_less("same", "same"));
+  // A prefix whose name has pattern characters names that dataset when it exists.
+  const auto odd = test::fresh_temp_dir("pattern_characters");
+  for (const char* suffix : {".idx", ".bin"})
+    std::filesystem::copy_file(written[0].string() + suffix, (odd / "x[1]").string() + suffix);
+  CHECK(indexed_prefixes(odd / "x[1]") == std::vector{odd / "x[1]"});
+}
+
 TEST_CASE("data/alpaca in 7 shards, concatenated, packs and loads exactly as the single file") {
   const auto dir = test::fresh_temp_dir("shards");
   const auto written = write_shards(dir, {1, 999, 0, 1500, 700, 1300, 500});

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <span>
 #include <string>
+#include <string_view>
 #include <system_error>
 #include <utility>
 #include <vector>
@@ -109,9 +110,46 @@ class concatenated_dataset {
   detail::part_starts starts_;
 };
 
-/// The prefixes of the Megatron indexed datasets that `where` names, sorted: where is a
-/// directory (every PREFIX there with both PREFIX.idx and PREFIX.bin), or a path whose last
-/// part is a shell pattern (`corpus/shard_*`: the prefixes it matches), or a prefix itself.
+namespace detail {
+
+/// Natural order of file names: runs of digits compare as numbers (shard_2 before shard_10,
+/// as `ls -v` lists them), the rest byte by byte; names equal so ("shard_01", "shard_1") in
+/// plain string order. O(length).
+[[nodiscard]] inline bool natural_less(std::string_view a, std::string_view b) noexcept {
+  const auto digit = [](char c) { return c >= '0' && c <= '9'; };
+  std::size_t i = 0;
+  std::size_t j = 0;
+  while (i < a.size() && j < b.size()) {
+    if (digit(a[i]) && digit(b[j])) {
+      std::size_t a_end = i;
+      std::size_t b_end = j;
+      while (a_end < a.size() && digit(a[a_end])) ++a_end;
+      while (b_end < b.size() && digit(b[b_end])) ++b_end;
+      std::string_view x = a.substr(i, a_end - i);
+      std::string_view y = b.substr(j, b_end - j);
+      x.remove_prefix(std::min(x.find_first_not_of('0'), x.size()));
+      y.remove_prefix(std::min(y.find_first_not_of('0'), y.size()));
+      if (x.size() != y.size()) return x.size() < y.size();
+      if (x != y) return x < y;
+      i = a_end;
+      j = b_end;
+    } else {
+      if (a[i] != b[j]) return static_cast<unsigned char>(a[i]) < static_cast<unsigned char>(b[j]);
+      ++i;
+      ++j;
+    }
+  }
+  if (i < a.size() || j < b.size()) return j < b.size() && i == a.size();
+  return a < b;
+}
+
+}  // namespace detail
+
+/// The prefixes of the Megatron indexed datasets that `where` names, in natural order
+/// (shard_2 before shard_10; detail::natural_less): where is a directory (every PREFIX there
+/// with both PREFIX.idx and PREFIX.bin), or a path whose last part is a shell pattern
+/// (`corpus/shard_*`: the prefixes it matches), or a prefix itself (also one whose name has
+/// `*`, `?` or `[`, when that prefix exists).
 /// A directory's or a pattern's PREFIX.loss_mask whose PREFIX is found too is that dataset's
 /// token mask (token_mask_suffix), not a shard: left out (its 0/1 values would be trained on
 /// as tokens). Throws option_error when it names nothing, io_error when the directory cannot
@@ -128,8 +166,8 @@ template <path_like Path>
   const bool directory = fs::is_directory(where, error);
   const std::string pattern = directory ? "*" : where.filename().string();
   const fs::path folder = directory ? where : (where.has_parent_path() ? where.parent_path() : fs::path("."));
+  if (!directory && complete(where)) return {where};
   if (!directory && pattern.find_first_of("*?[") == std::string::npos) {
-    if (complete(where)) return {where};
     fs::path meant = where;
     meant.replace_extension();
     if ((where.extension() == ".bin" || where.extension() == ".idx") && complete(meant))
@@ -150,12 +188,15 @@ template <path_like Path>
   }
   if (found.empty())
     throw option_error(where.string() + ": names no Megatron indexed dataset (no PREFIX.idx with its PREFIX.bin)");
-  std::sort(found.begin(), found.end());
+  // One folder: the file names decide the order.
+  std::sort(found.begin(), found.end(), [](const fs::path& a, const fs::path& b) {
+    return detail::natural_less(a.filename().native(), b.filename().native());
+  });
   const auto mask_of_found = [&found](const fs::path& prefix) {
     const std::string name = prefix.filename().string();
     if (!name.ends_with(token_mask_suffix) || name.size() == token_mask_suffix.size()) return false;
     const fs::path dataset = prefix.parent_path() / name.substr(0, name.size() - token_mask_suffix.size());
-    return std::binary_search(found.begin(), found.end(), dataset);
+    return std::find(found.begin(), found.end(), dataset) != found.end();
   };
   std::vector<fs::path> shards;
   for (const fs::path& prefix : found)
