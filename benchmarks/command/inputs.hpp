@@ -187,7 +187,7 @@ struct opened_input {
 /// Opens --data (expanding directories and patterns) and measures it. `seed` and `epoch`
 /// choose a blend's subsets.
 [[nodiscard]] inline opened_input open_data(const input_flags& source, std::uint64_t seed, std::uint64_t epoch) {
-  if (source.blend_samples != 0 && !detail::parse_weight(source.data.front()))
+  if (source.blend_samples != 0 && (source.data.empty() || !detail::parse_weight(source.data.front())))
     throw option_error("--blend-samples: only a blend has it (--data W1 PREFIX1 W2 PREFIX2 ...)");
   opened_input in;
   const auto start = clock::now();
@@ -260,6 +260,8 @@ std::vector<std::uint32_t> lengths_of(const D& dataset, const std::string& name)
   {
     progress p("reading " + source.describe_input());
     if (!source.lengths_file.empty()) {
+      if (source.blend_samples != 0)
+        throw option_error("--blend-samples: only a blend has it (--data W1 PREFIX1 W2 PREFIX2 ...), not --lengths");
       const auto start = clock::now();
       in.lengths = read_length_list(source.lengths_file);
       in.open_seconds = seconds_since(start);

@@ -193,7 +193,13 @@ load_inputs prepare_load(const load_command_options& o, std::uint64_t buffers) {
   in.batching.collate.train_on_inputs = o.train_on_inputs;
   // The mask describes the data; --repeat-data's copies take it by their source index.
   if (!o.prompt_lengths.empty()) in.batching.mask = prompt_mask(o.prompt_lengths, in.dataset->original());
-  if (!o.loss_mask.empty()) in.batching.mask = loss_mask::open_token_mask(o.loss_mask);
+  if (!o.loss_mask.empty()) {
+    // The mask's sample i is the data's, not the blend's i-th draw (corpus after corpus, with
+    // repeats): applied by the blend's index, it would mask other samples' tokens.
+    if (in.dataset->original().blended())
+      throw option_error("--loss-mask: a blend (weighted --data) with a loss mask is not supported yet");
+    in.batching.mask = loss_mask::open_token_mask(o.loss_mask);
+  }
   in.batching.mask.check_matches(in.dataset->original());
   {
     progress p(fmt::format("planning epoch {} of {} samples", o.schedule.epoch, in.lengths.size()));

@@ -182,8 +182,10 @@ expect_error "'$shards/shard_1'" --data 0.5 "$prefix" "$shards/shard_1" "$shards
 expect_error "$shards/nothing_*" --data "$prefix" "$shards/nothing_*"
 expect_error "$work/missing" --data 1 "$work/missing"
 expect_error "--blend-samples" --data "$prefix" --blend-samples 10
+expect_error "--blend-samples" --lengths "$lengths_txt" --blend-samples 10
 subcommand=load
 expect_error "not supported yet" --data 1 "$prefix" 1 "$shards" --prompt-lengths "$prompts"
+expect_error "not supported yet" --data 1 "$prefix" 1 "$shards" --loss-mask "$prefix"
 expect_error "3 files for 8 prefixes" --data "$prefix" "$shards" --prompt-lengths "$prompts" "$prompts" "$prompts"
 expect_error "$shards/shard_1.prompt_lengths" --data "$shards/shard_0" "$shards/shard_3" \
   --prompt-lengths "$shards/shard_0.prompt_lengths" "$shards/shard_1.prompt_lengths"
