@@ -58,7 +58,7 @@ inline int run_convert_command(const convert_command_options& o) {
     while (std::getline(in, line)) {
       ++number;
       converter.add(line, number, offset);
-      offset += line.size() + 1;
+      offset += line.size() + (in.eof() ? 0 : 1);  // a last line may have no newline
       lines.store(number, std::memory_order_relaxed);
       read.store(offset, std::memory_order_relaxed);
     }

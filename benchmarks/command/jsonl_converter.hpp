@@ -63,8 +63,9 @@ class jsonl_converter {
     if (ids == j.end()) throw format_error(fmt::format("{}: no \"{}\" field", where(), o_.tokens_field));
     integers(*ids, o_.tokens_field, where, ids_);
 
-    const bool has_prompt = j.contains(o_.prompt_field);
-    const bool has_labels = j.contains(o_.labels_field);
+    // A field named by its flag is the mask; the other kind's field is then ignored.
+    const bool has_prompt = !o_.labels_field_required && j.contains(o_.prompt_field);
+    const bool has_labels = !o_.prompt_field_required && j.contains(o_.labels_field);
     // A field the user named that a line lacks is a typo or a wrong file, not "no mask".
     for (const auto& [required, present, flag, field] :
          {std::tuple{o_.prompt_field_required, has_prompt, "--prompt-field", &o_.prompt_field},

@@ -52,6 +52,7 @@ void print_load_report(const load_command_options& o, const load_inputs& in, con
     out["prompt_lengths"] = o.prompt_lengths.empty()       ? nlohmann::ordered_json(nullptr)
                             : o.prompt_lengths.size() == 1 ? nlohmann::ordered_json(o.prompt_lengths.front())
                                                            : nlohmann::ordered_json(o.prompt_lengths);
+    out["loss_mask"] = o.loss_mask.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(o.loss_mask);
     out["train_on_inputs"] = o.train_on_inputs;
     out["world_size"] = o.schedule.world_size;
     out["rank"] = o.rank;
@@ -128,10 +129,11 @@ void print_load_report(const load_command_options& o, const load_inputs& in, con
     return;
   }
   constexpr double gb = 1e9;
-  fmt::print("multipack-bench load: {}{}\n", o.packing.source.describe_input(),
+  const char* prompts_are = o.train_on_inputs ? " (trained on)" : " (no loss)";
+  fmt::print("multipack-bench load: {}{}{}\n", o.packing.source.describe_input(),
              o.prompt_lengths.empty() ? std::string()
-                                      : fmt::format(", prompts from {}{}", fmt::join(o.prompt_lengths, " "),
-                                                    o.train_on_inputs ? " (trained on)" : " (no loss)"));
+                                      : fmt::format(", prompts from {}{}", fmt::join(o.prompt_lengths, " "), prompts_are),
+             o.loss_mask.empty() ? std::string() : fmt::format(", token mask {}{}", o.loss_mask, prompts_are));
   print_corpora(in.opened);
   fmt::print("  schedule       {:>14}   capacity {}, rank {} of {}, {} rows a step, seed {}, remainder {}, {}\n",
              o.packing.algorithm, o.packing.capacity, o.rank, o.schedule.world_size, o.schedule.micro_batch, o.packing.seed, o.schedule.remainder,
@@ -140,7 +142,8 @@ void print_load_report(const load_command_options& o, const load_inputs& in, con
              o.schedule.start_step == 0 ? std::string() : fmt::format(", from step {}", o.schedule.start_step));
   fmt::print("  batches        {:>14L}   {} tokens a batch element, {}{}\n", t.batches, token_type,
              o.pad_to_multiple == 0 ? std::string("rows of the capacity") : fmt::format("rows padded to a multiple of {}", o.pad_to_multiple),
-             o.max_steps == 0 ? std::string() : fmt::format(", stopped after {} (--max-steps)", o.max_steps));
+             o.max_steps == 0 || t.batches < o.max_steps ? std::string()
+                                                          : fmt::format(", stopped after {} (--max-steps)", o.max_steps));
   fmt::print("  tokens         {:>14L}   {:L} real ({:.2f}%), {:L} carry loss; {} padding rows\n", t.tokens, t.real_tokens,
              t.tokens == 0 ? 0.0 : 100.0 * static_cast<double>(t.real_tokens) / static_cast<double>(t.tokens),
              t.loss_tokens, t.padding_rows);

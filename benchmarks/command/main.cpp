@@ -3,7 +3,9 @@
 // Errors end with one line on standard error and a non-zero exit status. Each subcommand is
 // its own translation unit (X_command.cpp); the flags they share are in options.hpp.
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <exception>
 #include <functional>
 
@@ -41,7 +43,14 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
-    return action();
+    const int status = action();
+    // The report on standard output is the result: one that could not be written (a full
+    // disk, a closed pipe) fails the command.
+    if (std::fflush(stdout) != 0 || std::ferror(stdout) != 0) {
+      fmt::print(stderr, "multipack-bench: error: standard output: cannot write the report: {}\n", std::strerror(errno));
+      return 1;
+    }
+    return status;
   } catch (const std::exception& e) {
     fmt::print(stderr, "multipack-bench: error: {}\n", e.what());
     return 1;

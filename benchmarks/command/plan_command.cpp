@@ -13,6 +13,7 @@
 #include "command/common.hpp"
 #include "command/inputs.hpp"
 #include "command/reports.hpp"
+#include "multipack/core/random.hpp"
 #include "multipack/schedule/epoch_schedule.hpp"
 #include "multipack/schedule/plan.hpp"
 
@@ -98,7 +99,7 @@ int run_plan_command(const plan_command_options& o) {
     out["dropped_samples"] = packed.dropped_samples + r.dropped_samples;
     out["dropped_tokens"] = packed.dropped_tokens + r.dropped_tokens;
     out["seed"] = o.packing.seed;
-    out["epoch_seed"] = packing_options.seed;
+    out["epoch_seed"] = epoch_seed(packing_options.seed, packing_options.epoch);  // what the epoch's draws start from
     out["input"] = o.packing.source.describe();
     add_input_json(out, input);
     out["world_size"] = r.world_size;

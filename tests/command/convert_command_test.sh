@@ -127,6 +127,33 @@ expect_success --input "$work/prompt.jsonl" --output "$work/out_named" --dtype u
 cmp "$work/out_named.prompt_lengths" "$work/out_prompt.prompt_lengths" || fail "--prompt-field named: other prompt lengths"
 ok "--prompt-field given and present on every line: the same prompt lengths"
 
+# Lines with both kinds of mask: the one a flag names is written, the other field ignored;
+# with neither flag, which one is meant is unknown.
+printf '%s\n' '{"input_ids": [1, 2, 3, 4], "labels": [-100, -100, 3, 4], "prompt_length": 1}' \
+  '{"input_ids": [5, 6], "labels": [-100, 6], "prompt_length": 2}' >"$work/both.jsonl"
+expect_success --input "$work/both.jsonl" --output "$work/both_labels" --labels-field labels
+[[ -e $work/both_labels.loss_mask.idx && ! -e $work/both_labels.prompt_lengths ]] || fail "--labels-field: not a token mask"
+expect_success --input "$work/both.jsonl" --output "$work/both_prompts" --prompt-field prompt_length
+[[ -e $work/both_prompts.prompt_lengths && ! -e $work/both_prompts.loss_mask.idx ]] || fail "--prompt-field: no prompt lengths"
+expect_error "give one kind of loss mask" --input "$work/both.jsonl" --output "$work/both_neither"
+ok "both kinds of mask on a line: the one named by its flag"
+# input_bytes is the file's size, with or without a newline after the last line.
+printf '{"input_ids": [1, 2]}\n{"input_ids": [3]}' >"$work/no_newline.jsonl"
+printf '{"input_ids": [1, 2]}\n{"input_ids": [3]}\n' >"$work/newline.jsonl"
+for f in newline no_newline; do
+  expect_success --input "$work/$f.jsonl" --output "$work/bytes_$f" --json
+  "$python" -c 'import json, os, sys; r = json.load(open(sys.argv[1])); assert r["input_bytes"] == os.path.getsize(sys.argv[2]), r' \
+    "$work/out" "$work/$f.jsonl" || fail "$f: input_bytes is not the file's size"
+done
+ok "input_bytes: the file's size, also without a last newline"
+# The report of a run whose standard output cannot be written is a failure, not exit 0.
+if [[ -w /dev/full ]]; then
+  rc=0
+  "$bench" convert --input "$work/both.jsonl" --output "$work/full" --labels-field labels --json >/dev/full 2>"$work/err" || rc=$?
+  [[ $rc -eq 1 ]] && grep -q "standard output" "$work/err" || fail "--json >/dev/full: exit $rc: $(cat "$work/err")"
+  ok "--json >/dev/full: exit 1, the error says so"
+fi
+
 # --ignore-index is decimal, leading zeros and all (CLI11 alone reads -0100 as octal -64).
 expect_success --input "$work/labels.jsonl" --output "$work/out_ignore" --dtype uint16 --ignore-index -0100
 cmp "$work/out_ignore.loss_mask.bin" "$work/out_labels.loss_mask.bin" || fail "--ignore-index -0100: another mask"
