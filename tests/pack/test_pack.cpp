@@ -240,6 +240,17 @@ TEST_CASE("edge cases: no samples, only empty samples, bad options, bad lengths"
   CHECK_THROWS_AS(pack(std::vector<std::uint64_t>{std::uint64_t{1} << 33}, options), sample_error);
   CHECK_THROWS_WITH_AS((void)parse_packing_algorithm("bfd2"), doctest::Contains("exact-fit"), option_error);
   for (const auto& [algorithm, name] : packing_algorithm_names) CHECK(parse_packing_algorithm(name) == algorithm);
+  // An enum read as an integer (a config file, a binding) can hold any value: refused, rather
+  // than an overlong sample in no row and counted as packed, or an unknown algorithm run as
+  // another.
+  pack_options odd{100};
+  odd.overlong = static_cast<overlong_policy>(7);
+  CHECK_THROWS_WITH_AS(pack(std::vector<std::uint32_t>{10, 5000, 20}, odd),
+                       "pack_options: overlong policy 7 is none of drop, truncate, split, error", option_error);
+  odd = pack_options{100};
+  odd.algorithm = static_cast<packing_algorithm>(42);
+  CHECK_THROWS_WITH_AS(pack(std::vector<std::uint32_t>{10, 20}, odd), doctest::Contains("algorithm 42 is none of"),
+                       option_error);
 }
 
 TEST_CASE("max_per_row caps the pieces of every row") {

@@ -441,6 +441,8 @@ TEST_CASE("bad options are clear errors, not empty or wrong schedules") {
   CHECK(test::contains(error({2, 3, 0, 0, remainder_policy::drop}), "drop leaves no step"));
   CHECK(test::contains(error({1, 1, 0, 0, remainder_policy::pad, true, 6}), "consumed_rows 6"));
   CHECK(test::contains(error({2, 1, 0, 0, remainder_policy::pad, true, 4}), "1 row to schedule for 2 ranks"));
+  CHECK(error({1, 1, 0, 0, static_cast<remainder_policy>(9)}) ==
+        "schedule_options: remainder policy 9 is none of pad, drop");
   CHECK(test::contains(test::message_of<option_error>([] { (void)epoch_schedule(packed_rows{}, {1, 1}); }),
                        "no rows"));
 

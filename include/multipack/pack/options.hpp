@@ -100,8 +100,11 @@ inline constexpr std::array<std::pair<overlong_policy, std::string_view>, 4> ove
 inline constexpr std::uint32_t max_packing_threads = 256;
 
 /// Throws option_error when the options cannot be packed with (capacity 0 or too large,
-/// threads 0 or over max_packing_threads).
+/// threads 0 or over max_packing_threads, an algorithm or overlong policy that is none of the
+/// enum's values).
 inline void validate(const pack_options& options) {
+  detail::require_named(packing_algorithm_names, options.algorithm, "pack_options", "algorithm");
+  detail::require_named(overlong_policy_names, options.overlong, "pack_options", "overlong policy");
   if (options.capacity == 0) throw option_error("pack_options: capacity must be at least 1 token");
   if (options.threads == 0) throw option_error("pack_options: threads must be at least 1");
   if (options.threads > max_packing_threads)

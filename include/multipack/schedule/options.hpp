@@ -86,9 +86,10 @@ template <plain_integral Rank>
 /// allocating gigabytes of padding.
 inline constexpr std::uint64_t max_rows_a_step = std::uint64_t{1} << 24;
 
-/// Throws option_error for a world size or micro-batch of 0, or a step of more than
-/// max_rows_a_step rows. O(1).
+/// Throws option_error for a world size or micro-batch of 0, a step of more than
+/// max_rows_a_step rows, or a remainder policy that is none of the enum's values. O(1).
 inline void validate(const schedule_options& options) {
+  detail::require_named(remainder_policy_names, options.remainder, "schedule_options", "remainder policy");
   if (options.world_size == 0) throw option_error("schedule_options: world_size must be at least 1 rank");
   if (options.micro_batch == 0) throw option_error("schedule_options: micro_batch must be at least 1 row");
   const std::uint64_t step_rows = std::uint64_t{options.world_size} * options.micro_batch;

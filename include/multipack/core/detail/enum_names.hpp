@@ -34,4 +34,20 @@ template <class Enum, std::size_t N>
                      "' (known: " + known + ")");
 }
 
+/// Throws option_error "<who>: <what> <number> is none of <names>" unless `value` is in
+/// `names`: an enum read as an integer (a config file, a binding) can hold any value, and a
+/// switch over it would silently take none of its cases. O(N).
+template <class Enum, std::size_t N>
+void require_named(const std::array<std::pair<Enum, std::string_view>, N>& names, Enum value, std::string_view who,
+                   std::string_view what) {
+  std::string known;
+  for (const auto& [v, name] : names) {
+    if (v == value) return;
+    known += known.empty() ? "" : ", ";
+    known += name;
+  }
+  throw option_error(std::string(who) + ": " + std::string(what) + " " +
+                     std::to_string(static_cast<long long>(value)) + " is none of " + known);
+}
+
 }  // namespace multipack::detail
