@@ -411,3 +411,39 @@ TEST_CASE("cu_seqlens has room for the most pieces any packing puts in a row") {
     }
   }
 }
+
+TEST_CASE("buffers larger than the packing: room for the pieces of samples split at the packing's capacity") {
+  // 9-token samples packed at 8 with overlong split are pieces of 8 + 1; in 16-token buffers
+  // (batch_options::capacity) the bound at 16 counts each as one piece of 9. A randomized
+  // epoch putting more 1-token pieces in a row than that bound was refused mid-training.
+  std::vector<std::vector<std::int32_t>> samples;
+  for (int i = 0; i < 12; ++i) samples.emplace_back(9, 1 + i);
+  for (int i = 0; i < 12; ++i) samples.emplace_back(3, 100 + i);
+  const auto dataset = std::make_shared<const in_memory_dataset<std::int32_t>>(samples);
+  std::vector<std::uint32_t> lengths;
+  for (const auto& sample : samples) lengths.push_back(static_cast<std::uint32_t>(sample.size()));
+  const pack_options packing{.capacity = 8, .algorithm = packing_algorithm::randomized_exact_fit,
+                             .overlong = overlong_policy::split};
+  std::uint32_t most_pieces_seen = 0;
+  for (std::uint64_t seed = 0; seed < 20; ++seed) {
+    CAPTURE(seed);
+    const schedule_options schedule{.world_size = 1, .micro_batch = 1, .seed = seed};
+    std::uint64_t expected = 0;
+    for (std::uint64_t epoch = 0; epoch < 6; ++epoch) {
+      schedule_options o = schedule;
+      o.epoch = epoch;
+      const epoch_plan plan = plan_epoch(lengths, packing, o);
+      expected += plan.schedule.steps();
+      most_pieces_seen = std::max(most_pieces_seen, layout_of(plan).max_pieces_per_row);
+    }
+    batch_options buffers;
+    buffers.capacity = 16;
+    epoch_loader<in_memory_dataset<std::int32_t>> loader(dataset, plan_each_epoch(lengths, packing, schedule), 0, buffers,
+                                                          {.threads = 1, .depth = 2}, {.first = 0, .count = 6});
+    std::uint64_t got = 0;
+    while (auto batch = loader.next()) ++got;
+    CHECK(got == expected);
+  }
+  // The case arises: some epoch has a row of more pieces than the bound at the buffers' 16.
+  CHECK(most_pieces_seen > detail::most_pieces_in_a_row(*dataset, 16));
+}

@@ -22,7 +22,8 @@
 //   their memory.
 // - The buffers have one layout for every epoch: the capacity of the first plan (or
 //   batch_options::capacity), and room in cu_seqlens for the most pieces any row of that
-//   capacity can hold of this dataset's samples (found once, O(samples + capacity)).
+//   capacity can hold of this dataset's samples, split at the first plan's packing capacity
+//   where it is smaller (found once, O(samples + capacity)).
 //
 // Epoch e + 1's plan is checked on the planning thread (rank, micro-batch, capacity, pieces in
 // the dataset); a plan that fails the checks, or a planner that throws, fails the batch at that
@@ -263,6 +264,11 @@ class epoch_loader {
     batch_layout layout = layout_of(*first_plan_, options_);
     layout.max_pieces_per_row =
         std::max(layout.max_pieces_per_row, detail::most_pieces_in_a_row(*dataset_, layout.capacity));
+    // Buffers larger than the packing (batch_options::capacity): samples longer than the
+    // packing capacity split at it, into shorter pieces than the buffers' capacity gives.
+    if (const std::uint32_t packed_at = first_plan_->packed.report.capacity; packed_at < layout.capacity)
+      layout.max_pieces_per_row =
+          std::max(layout.max_pieces_per_row, detail::most_pieces_in_a_row(*dataset_, packed_at));
     validate(layout);
     const std::uint64_t steps = first_plan_->schedule.steps() - epochs_.start_step;
     epochs_planned_.push_back({epochs_.first, 0, epochs_.start_step, steps, 0, steps == 0 ? nullptr : first_plan_});
