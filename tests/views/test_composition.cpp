@@ -352,6 +352,12 @@ TEST_CASE("a vector of vectors is a dataset; a user's own rows shard and load") 
   }
   static_assert(row_range<my_rows> && resolves_samples<my_rows>);
   CHECK(check_tokens(rows | views::shard({1, 4}, 0) | views::prefetch_as<std::int64_t>()) == total);
+  // An empty piece in a user's rows is an option_error that says so (the sample exists).
+  my_rows with_empty = rows;
+  with_empty[0].push_back({1, 1, 1});
+  auto refused = with_empty | views::shard({1, 4}, 0) | views::prefetch_as<std::int64_t>();
+  CHECK(test::contains(test::message_of<option_error>([&] { (void)refused.begin(); }),
+                       "has an empty piece, tokens [1, 1) of sample 1: a piece holds at least one token"));
 }
 
 TEST_CASE("closures compose before they see a range, and both call forms agree") {

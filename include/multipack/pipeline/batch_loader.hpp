@@ -197,7 +197,11 @@ template <token_dataset D, step_range Steps>
       const std::span<const piece> row(row_ref);
       std::uint64_t tokens = 0;
       for (const piece& p : row) {
-        if (p.sample >= samples || p.begin >= p.end || p.end > dataset.length(p.sample))
+        if (p.begin >= p.end)
+          throw option_error("batch_loader: step " + std::to_string(i) + " has an empty piece, tokens [" +
+                             std::to_string(p.begin) + ", " + std::to_string(p.end) + ") of sample " +
+                             std::to_string(p.sample) + ": a piece holds at least one token");
+        if (p.sample >= samples || p.end > dataset.length(p.sample))
           throw sample_error("batch_loader: step " + std::to_string(i) + " takes tokens [" + std::to_string(p.begin) +
                              ", " + std::to_string(p.end) + ") of sample " + std::to_string(p.sample) +
                              ", which the dataset of " + std::to_string(samples) + " samples does not have");
