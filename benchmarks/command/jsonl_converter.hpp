@@ -98,7 +98,17 @@ class jsonl_converter {
       if (labels_.size() != ids_.size())
         throw format_error(fmt::format("{}: {} labels for {} tokens: one label a token", where(), labels_.size(), ids_.size()));
       mask_.resize(labels_.size());
-      for (std::size_t k = 0; k < labels_.size(); ++k) mask_[k] = labels_[k] == o_.ignore_index ? 0 : 1;
+      for (std::size_t k = 0; k < labels_.size(); ++k) {
+        mask_[k] = labels_[k] == o_.ignore_index ? 0 : 1;
+        // Only the mask is kept (the loader's labels are the tokens): labels of other values
+        // would be lost, and labels shifted by one would mask the token after each one meant.
+        if (mask_[k] != 0 && labels_[k] != ids_[k])
+          throw format_error(fmt::format(
+              "{}: label {} is {}, its token {}: \"{}\" must be the tokens (unshifted, as Hugging Face models take "
+              "them) or {}, since convert keeps only which tokens carry loss{}",
+              where(), k, labels_[k], ids_[k], o_.labels_field, o_.ignore_index,
+              k + 1 < ids_.size() && labels_[k] == ids_[k + 1] ? " (these look shifted by one)" : ""));
+      }
     }
 
     try {

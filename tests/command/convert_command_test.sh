@@ -178,6 +178,10 @@ bad float_token '"input_ids"[1] = 2.5 is not an integer' '{"input_ids": [1, 2.5]
 bad wide_token "line 2" '{"input_ids": [1]}\n{"input_ids": [70000]}\n' --dtype uint16
 bad prompt_long '"prompt_length" must be an integer from 0 to' '{"input_ids": [1, 2], "prompt_length": 3}\n'
 bad labels_length "3 labels for 2 tokens" '{"input_ids": [1, 2], "labels": [1, 2, 3]}\n'
+bad labels_shifted 'label 1 is 9, its token 8: "labels" must be the tokens (unshifted' \
+  '{"input_ids": [7, 8, 9], "labels": [-100, 8, 9]}\n{"input_ids": [7, 8, 9], "labels": [-100, 9, -100]}\n'
+bad labels_shifted_hint "(these look shifted by one)" '{"input_ids": [7, 8, 9], "labels": [-100, 9, -100]}\n'
+bad labels_other 'label 0 is 5, its token 7' '{"input_ids": [7, 8], "labels": [5, 8]}\n'
 bad mixed "the first sample (line 1) has prompt lengths" '{"input_ids": [1], "prompt_length": 0}\n{"input_ids": [1]}\n'
 bad both "give one kind of loss mask" '{"input_ids": [1], "prompt_length": 0, "labels": [1]}\n'
 bad field_typo 'line 1 (byte 0): no "prompt_len" field, which --prompt-field names (is the field' \
