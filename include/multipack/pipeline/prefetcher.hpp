@@ -164,8 +164,10 @@ class prefetcher {
 
   /// The next step's batch, in step order; blocks until it is built. std::nullopt once every
   /// step has been handed out. Rethrows the exception of the worker that failed on this step
-  /// (and again at every later call). Throws option_error when the consumer holds every
-  /// buffer (nothing could ever be built). Consumer thread only: not thread-safe.
+  /// (and again at every later call). Throws option_error when every buffer is leased out
+  /// (nothing could be built until one comes back): a lease handed to another thread counts
+  /// until that thread has released it, and next() does not wait for it, so keep fewer than
+  /// `depth` leases out when asking. Consumer thread only: not thread-safe.
   /// Cost: a queue operation; no allocation once warm.
   [[nodiscard]] std::optional<lease> next() {
     if (failure_) std::rethrow_exception(failure_);
