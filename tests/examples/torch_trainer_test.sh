@@ -28,10 +28,16 @@ if not last < first - 1.0:
 PY
 
 "$trainer" --steps "$resume_steps" >"$work/full.txt"
+# Two runs that print no loss would compare equal: the full run has its losses, and the stopped
+# run's first part its own.
+[[ $(losses "$work/full.txt" | wc -l) -eq $resume_steps ]] ||
+  { echo "FAIL: --steps $resume_steps printed $(losses "$work/full.txt" | wc -l) losses"; cat "$work/full.txt"; exit 1; }
 for stop in 1 $((resume_steps - 1)); do
   rm -rf "$work/checkpoint"
   "$trainer" --steps "$resume_steps" --checkpoint "$work/checkpoint" --stop-after "$stop" >"$work/first.txt"
   "$trainer" --steps "$resume_steps" --checkpoint "$work/checkpoint" >"$work/second.txt"
+  [[ $(losses "$work/first.txt" | wc -l) -eq $stop ]] ||
+    { echo "FAIL: stopped after $stop steps, the first run printed:"; cat "$work/first.txt"; exit 1; }
   if ! diff <(grep '^epoch' "$work/full.txt") <(grep -h '^epoch' "$work/first.txt" "$work/second.txt") >"$work/diff.txt"; then
     echo "FAIL: stopped after $stop steps and resumed, the losses differ from an uninterrupted run:"
     cat "$work/diff.txt"

@@ -8,16 +8,25 @@ trainer=$1 source=$2 work=$3
 rm -rf "$work" && mkdir -p "$work"
 cd "$source"  # the example's defaults are relative to the project root
 digest_of() { sed -n 's/.*digest \([0-9a-f]*\)$/\1/p' "$1"; }
+trained_in() { sed -n 's/^trained on \([0-9]*\) batches.*/\1/p' "$1"; }
 "$trainer" >"$work/full.txt"
 full=$(digest_of "$work/full.txt")
 [[ -n $full ]] || { echo "no digest from the full run:"; cat "$work/full.txt"; exit 1; }
 steps=$(sed -n 's/^epoch 0: \([0-9]*\) steps$/\1/p' "$work/full.txt")
+total=$(trained_in "$work/full.txt")
+[[ -n $steps && -n $total && $steps -gt 8 && $total -gt $((steps + 3)) ]] ||
+  { echo "the full run's epoch 0 steps ('$steps') or batches ('$total') are missing:"; cat "$work/full.txt"; exit 1; }
 for stop in 1 7 $((steps - 1)) $((steps + 3)); do
   rm -f "$work/ckpt"
   "$trainer" --checkpoint "$work/ckpt" --stop-after "$stop" >"$work/first.txt"
   "$trainer" --checkpoint "$work/ckpt" >"$work/second.txt"
   resumed=$(digest_of "$work/second.txt")
   [[ $resumed == "$full" ]] || { echo "stopped after $stop, resumed: digest $resumed, uninterrupted $full"; cat "$work/first.txt" "$work/second.txt"; exit 1; }
+  # The digest is carried in the checkpoint, so a run that ignored it and trained from the
+  # start would match too: the stop must have happened, and the resumed run trained the rest.
+  grep -q "^stopped after $stop steps" "$work/first.txt" || { echo "did not stop after $stop:"; cat "$work/first.txt"; exit 1; }
+  [[ $(trained_in "$work/second.txt") == $((total - stop)) ]] ||
+    { echo "stopped after $stop of $total, the resumed run trained:"; cat "$work/second.txt"; exit 1; }
   echo "ok - stopped after $stop steps and resumed: $(head -1 "$work/second.txt"), digest $resumed"
 done
 echo "trainer_loop resumes exactly ($steps steps an epoch)"
