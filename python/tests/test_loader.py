@@ -1,6 +1,7 @@
 """multipack.Loader: the batches of multipack-bench load, arrays over the pool that stay valid
 while referenced, threads that stop, C++ errors as Python exceptions."""
 
+import collections
 import gc
 import itertools
 import os
@@ -52,8 +53,11 @@ def test_a_token_mask_gives_the_prompt_lengths_batches(bench, tmp_path, prefix, 
     write_token_mask(mask, [np.arange(n) >= p for n, p in zip(lengths, prompts)])
     by_prompts = multipack.Loader(prefix, 2048, 4, world_size=1, rank=0, prompt_lengths=prompts)
     by_mask = multipack.Loader(prefix, 2048, 4, world_size=1, rank=0, loss_mask=str(mask))
-    for a, b in zip(by_prompts, by_mask):
-        assert np.array_equal(a["labels"], b["labels"]) and a["loss_tokens"] == b["loss_tokens"]
+    a = [(b["labels"].copy(), b["loss_tokens"]) for b in by_prompts]
+    b = [(b["labels"].copy(), b["loss_tokens"]) for b in by_mask]
+    assert len(a) == len(b) == len(by_prompts) > 0
+    for (labels_a, loss_a), (labels_b, loss_b) in zip(a, b):
+        assert np.array_equal(labels_a, labels_b) and loss_a == loss_b
 
 
 def write_token_mask(prefix, masks):
@@ -74,17 +78,39 @@ def write_token_mask(prefix, masks):
         f.write(np.arange(len(masks) + 1, dtype=np.int64).tobytes())
 
 
+def indexed_samples(prefix):
+    """Every sample's tokens of a Megatron indexed dataset (MMIDIDX version 1), read with numpy
+    alone: the reference the loader's batches are checked against."""
+    with open(f"{prefix}.idx", "rb") as f:
+        index = f.read()
+    assert index[:9] == b"MMIDIDX\x00\x00"
+    code = index[17]
+    dtype = {1: np.uint8, 2: np.int8, 3: np.int16, 4: np.int32, 5: np.int64, 8: np.uint16}[code]
+    count = int(np.frombuffer(index, np.uint64, 1, 18)[0])
+    sizes = np.frombuffer(index, np.int32, count, 34)
+    pointers = np.frombuffer(index, np.int64, count, 34 + 4 * count)
+    tokens = np.memmap(f"{prefix}.bin", dtype=np.uint8, mode="r")
+    return [np.frombuffer(tokens, dtype, int(n), int(p)) for n, p in zip(sizes, pointers)]
+
+
 def test_len_is_the_step_count_and_every_sample_comes_once(prefix, lengths):
     loader = multipack.Loader(prefix, capacity=4096, micro_batch=4, world_size=1, rank=0, depth=3)
     batches = 0
     tokens = 0
+    seen = collections.Counter()
     for batch in loader:
         batches += 1
         tokens += batch["real_tokens"]
         assert batch["input_ids"].shape == (4, 4096)
         segments = np.diff(batch["cu_seqlens"])
         assert segments.sum() == 4 * 4096 and segments.max() == batch["max_seqlen"]
+        # Each piece (a whole sample here: none is longer than a row) by its tokens.
+        for ids, sequence in zip(batch["input_ids"], batch["sequence_ids"]):
+            for s in range(1, int(sequence.max()) + 1):
+                seen[ids[sequence == s].tobytes()] += 1
     assert batches == len(loader) and tokens == lengths.sum()
+    expected = collections.Counter(s.astype(np.int32).tobytes() for s in indexed_samples(prefix) if len(s) > 0)
+    assert seen == expected
     # pack_threads reaches the plan's packing (the sampler's test compares the plans).
     with pytest.raises(ValueError, match="at most 256"):
         multipack.Loader(prefix, capacity=4096, world_size=1, rank=0, pack_threads=257)

@@ -556,7 +556,10 @@ assert 0 <= r["trainer_stream_wait_fraction"] <= 1, r
 PY
   ok "--device: 5 batches copied, rates and the trainer stream's wait reported"
 else
+  # Only a missing GPU or a build without CUDA may refuse it: a failing copy on a GPU is a failure.
   expect_error "--device" --device --max-steps 5
+  grep -q -e "no CUDA device to load to" -e "built without CUDA" "$work/err" ||
+    fail "--device failed, and not for want of a GPU or of CUDA: $(cat "$work/err")"
 fi
 
 rm -rf "$work"
