@@ -28,4 +28,11 @@ std::int64_t cuda_violations();
 /// fail (after it has freed), as a lost context would.
 void fail_next_release();
 
+/// The runtime calls whose failure the simulated runtime can inject.
+enum class cuda_call : int { memcpy_async, event_record, malloc, host_alloc };
+
+/// The simulated runtime only: the n-th next call of `call` fails (n = 1: the next), as on a
+/// device that runs out of memory or loses a handle; n = 0 cancels.
+void fail_call(cuda_call call, int n);
+
 }  // namespace multipack::test

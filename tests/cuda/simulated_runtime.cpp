@@ -8,7 +8,11 @@
 //  - a copy takes time in proportion to its bytes (2 GB/s), which widens the window in which
 //    a buffer overwritten too early would be caught;
 //  - host-to-device copies must come from cudaHostAlloc memory and land inside a cudaMalloc
-//    block, or they count as violations (the real runtime would serialize or fault).
+//    block, or they count as violations (the real runtime would serialize or fault); a copy
+//    whose source changes between cudaMemcpyAsync and the copy on its stream is a violation
+//    too (the host rewrote a buffer a queued copy had yet to read);
+//  - multipack::test::fail_call(call, n) makes the n-th next cudaMemcpyAsync, cudaEventRecord,
+//    cudaMalloc or cudaHostAlloc fail.
 // MULTIPACK_SIMULATED_DEVICES=0 makes it a machine without a driver (error 35 everywhere);
 // N > 1 gives N devices. Each thread has its current device (cudaSetDevice); streams, events
 // and device memory belong to the device current when they were made, and recording,
@@ -29,6 +33,7 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <new>
 #include <string>
@@ -130,6 +135,7 @@ struct state {
   std::map<const std::byte*, std::size_t> device;
   std::map<const std::byte*, int> device_of;  // device memory -> its device
   std::atomic<bool> fail_next_release{false};
+  std::atomic<int> fail_in[4] = {0, 0, 0, 0};  // by multipack::test::cuda_call: calls until one fails
   std::atomic<std::int64_t> host_allocations{0}, host_frees{0}, device_allocations{0}, device_frees{0},
       synchronous_copies{0}, async_copies{0}, violations{0};
   int devices = [] {
@@ -157,6 +163,15 @@ cudaError_t fail(cudaError_t error) {
 /// A stream, event or block of `device` used with the current device: a violation if they differ.
 void check_device(int device) {
   if (device != current_device) ++simulated().violations;
+}
+
+/// Whether this call of `call` is the one fail_call asked to fail (counting it down).
+bool injected_failure(multipack::test::cuda_call call) {
+  std::atomic<int>& left = simulated().fail_in[static_cast<int>(call)];
+  int n = left.load();
+  while (n > 0 && !left.compare_exchange_weak(n, n - 1)) {
+  }
+  return n == 1;
 }
 
 /// cudaSuccess, or the injected failure of a release (see fail_next_release).
@@ -187,6 +202,7 @@ cuda_call_counts cuda_calls() {
 }
 std::int64_t cuda_violations() { return simulated().violations.load(); }
 void fail_next_release() { simulated().fail_next_release.store(true); }
+void fail_call(cuda_call call, int n) { simulated().fail_in[static_cast<int>(call)].store(n); }
 }  // namespace multipack::test
 
 extern "C" {
@@ -238,6 +254,7 @@ cudaError_t cudaSetDevice(int device) {
 
 cudaError_t cudaHostAlloc(void** p, size_t size, unsigned int) {
   if (no_driver()) return cudaErrorInsufficientDriver;
+  if (injected_failure(multipack::test::cuda_call::host_alloc)) return fail(cudaErrorMemoryAllocation);
   *p = ::operator new(size, std::align_val_t{256});
   state& s = simulated();
   ++s.host_allocations;
@@ -261,6 +278,7 @@ cudaError_t cudaFreeHost(void* p) {
 cudaError_t cudaMalloc(void** p, size_t size) {
   if (no_driver()) return cudaErrorInsufficientDriver;
   if (size >= (std::size_t{1} << 40)) return fail(cudaErrorMemoryAllocation);  // a terabyte: the device is full
+  if (injected_failure(multipack::test::cuda_call::malloc)) return fail(cudaErrorMemoryAllocation);
   *p = ::operator new(size, std::align_val_t{256});
   std::memset(*p, 0xA5, size);  // device memory is not zeroed: make stale reads visible
   state& s = simulated();
@@ -323,6 +341,7 @@ cudaError_t cudaEventDestroy(cudaEvent_t event) {
   return release_result();
 }
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
+  if (injected_failure(multipack::test::cuda_call::event_record)) return fail(cudaErrorInvalidResourceHandle);
   check_device(event->device);
   if (stream != nullptr && stream->device != event->device) ++simulated().violations;
   std::uint64_t record = 0;
@@ -378,6 +397,7 @@ cudaError_t cudaMemcpy(void* to, const void* from, size_t bytes, enum cudaMemcpy
 }
 cudaError_t cudaMemcpyAsync(void* to, const void* from, size_t bytes, enum cudaMemcpyKind kind, cudaStream_t stream) {
   if (no_driver()) return cudaErrorInsufficientDriver;
+  if (injected_failure(multipack::test::cuda_call::memcpy_async)) return fail(cudaErrorInvalidValue);
   state& s = simulated();
   {
     const std::lock_guard lock(s.mutex);
@@ -388,8 +408,13 @@ cudaError_t cudaMemcpyAsync(void* to, const void* from, size_t bytes, enum cudaM
       if (!inside(s.device, from, bytes)) ++s.violations;
     }
   }
-  auto copy = [to, from, bytes] {
+  // The source as queued: a queued host-to-device copy whose source changes before it runs
+  // read a buffer the host was rewriting.
+  auto queued = std::make_shared<std::string>();
+  if (kind == cudaMemcpyHostToDevice && stream != nullptr) queued->assign(static_cast<const char*>(from), bytes);
+  auto copy = [to, from, bytes, queued] {
     transfer_time(bytes);
+    if (!queued->empty() && std::memcmp(queued->data(), from, bytes) != 0) ++simulated().violations;
     std::memcpy(to, from, bytes);
   };
   if (stream == nullptr) {

@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <optional>
 #include <span>
@@ -492,6 +493,20 @@ TEST_SUITE("no_device") {
     const auto after = test::cuda_calls();
     CHECK(after.host_allocations == before.host_allocations);
     CHECK(after.device_allocations == before.device_allocations);
+
+    // A loop that keeps its last two batches (fewer than batches_in_flight, as it may on a
+    // device) with a prefetch depth of 2 runs here too: the fallback's pool has the in-flight
+    // buffers as well (it refused the third batch: "the consumer holds all 2 buffers").
+    cuda::device_loader<indexed_dataset> keeping(dataset, plan, 0, {}, {.threads = 2, .depth = 2},
+                                                 {.batches_in_flight = 3, .host_fallback = true});
+    std::deque<cuda::device_batch<>> kept;
+    std::uint64_t taken = 0;
+    while (auto batch = keeping.next()) {
+      kept.push_back(std::move(*batch));
+      if (kept.size() > 2) kept.pop_front();
+      ++taken;
+    }
+    CHECK(taken == plan->schedule.steps());
   }
 
   TEST_CASE("without a device, device_epoch_loader hands out every epoch's host batches when asked to") {

@@ -63,8 +63,9 @@ class batch_stager {
   /// batches_in_flight batches ago). Throws option_error for another layout, or when the
   /// consumer holds all batches_in_flight batches; cuda_error. Consumer thread only.
   [[nodiscard]] device_batch<T> stage(const batch_view<T>& host) {
-    const std::uint64_t step = staged_++;
-    if (!on_device_) return device_batch<T>(host, step);
+    if (!on_device_) return device_batch<T>(host, staged_++);
+    const std::uint64_t step = staged_;  // counted once staged: a failed stage() takes no step
+    const detail::device_scope on(device_);  // the first batch's allocations too
     if (!layout_) start(host.layout);
     if (host.layout.micro_batch != layout_->micro_batch || host.layout.capacity != layout_->capacity ||
         host.layout.pad_to_multiple != layout_->pad_to_multiple ||
@@ -72,7 +73,6 @@ class batch_stager {
       throw option_error("views::to_device: batch " + std::to_string(step) +
                          " has another layout than the first batch's (micro_batch, capacity, pad_to_multiple and "
                          "pieces per row must stay the same: the device buffers are sized by the first)");
-    const detail::device_scope on(device_);
     detail::device_ring::claim claimed = ring_->claim_slot("views::to_device");
     detail::device_slot& slot = claimed.slot();
 
@@ -97,10 +97,18 @@ class batch_stager {
     }
     batch_view<T> device = batch_view<T>::over_bytes(*layout_, {slot.memory.data(), slot.memory.size()});
     device.copy_results_from(staged);
-    slot.bytes = detail::enqueue_batch_copies(staged, device, copy);
-    slot.copied.record(copy);
-    buffer.copied.record(copy);
+    try {
+      slot.bytes = detail::enqueue_batch_copies(staged, device, copy);
+      slot.copied.record(copy);
+      buffer.copied.record(copy);
+    } catch (...) {
+      // Copies out of the pinned buffer may be queued: done before the next stage() writes it.
+      static_cast<void>(cudaStreamSynchronize(copy));
+      static_cast<void>(cudaGetLastError());
+      throw;
+    }
     buffer.pending = true;
+    ++staged_;
     ++copies_.copies;
     copies_.bytes_copied += slot.bytes;
     claimed.keep();
@@ -129,14 +137,26 @@ class batch_stager {
                                             "); set device_options::host_fallback for host batches instead");
   }
 
+  // Everything is made before any member is set: a failed allocation leaves the stager as it
+  // was (no first batch yet), and a later stage() tries again.
   void start(const batch_layout& layout) {
     validate(layout);
-    layout_ = layout;
     const std::size_t bytes = layout.bytes<T>();
-    ring_ = std::make_shared<detail::device_ring>(options_.batches_in_flight, bytes, false);
-    buffers_.reserve(options_.batches_in_flight);
-    for (std::size_t i = 0; i < options_.batches_in_flight; ++i)
-      buffers_.push_back({{static_cast<std::byte*>(pinned_.allocate(bytes, 256)), bytes}, event(false), false});
+    auto ring = std::make_shared<detail::device_ring>(options_.batches_in_flight, bytes, false);
+    std::vector<pinned_buffer> buffers;
+    buffers.reserve(options_.batches_in_flight);
+    try {
+      for (std::size_t i = 0; i < options_.batches_in_flight; ++i) {
+        event copied(false);
+        buffers.push_back({{static_cast<std::byte*>(pinned_.allocate(bytes, 256)), bytes}, std::move(copied), false});
+      }
+    } catch (...) {
+      for (pinned_buffer& b : buffers) pinned_.deallocate(b.block.data(), b.block.size(), 256);
+      throw;
+    }
+    ring_ = std::move(ring);
+    buffers_ = std::move(buffers);
+    layout_ = layout;
   }
 
   device_options options_;

@@ -38,6 +38,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -60,7 +61,8 @@ namespace multipack::cuda {
 
 struct device_options {
   /// Device buffers: batches the consumer holds plus copies queued ahead of it. Also the
-  /// pinned buffers added to prefetch.depth for copies in flight. 3: one batch training, one
+  /// pinned buffers added to prefetch.depth for copies in flight (on the host fallback, host
+  /// buffers, so that a loop may hold as many batches there). 3: one batch training, one
   /// copied, one queued.
   std::size_t batches_in_flight = 3;
   /// Without a usable device: false (the default) throws cuda_error; true hands out the host
@@ -149,7 +151,9 @@ class device_ring {
 
   /// Returns slot i; with a stream, first records the release on it, so that the next copy
   /// into the slot waits for the work queued there. Never throws: a failed record is kept in
-  /// the slot and reported when the slot is next taken. O(1).
+  /// the slot and reported when the slot is next taken; without its event, the work queued on
+  /// the stream is waited for here (only then blocking), so that the next copy cannot overwrite
+  /// the buffer under it. O(1).
   cudaError_t give_back(std::size_t i, std::optional<cudaStream_t> consumer) noexcept {
     device_slot& s = slots_[i];
     cudaError_t result = cudaSuccess;
@@ -158,6 +162,10 @@ class device_ring {
       result = cudaEventRecord(s.released.get(), *consumer);
       s.release_recorded = result == cudaSuccess;
       s.release_error = result;
+      if (result != cudaSuccess) {
+        static_cast<void>(cudaStreamSynchronize(*consumer));
+        static_cast<void>(cudaGetLastError());  // reported at the slot's reuse, not by the next unrelated check
+      }
     }
     const std::lock_guard lock(mutex_);
     free_[(free_head_ + free_count_) % free_.size()] = i;
@@ -294,6 +302,9 @@ class device_batch {
   [[nodiscard]] explicit operator bool() const noexcept { return ring_ != nullptr || static_cast<bool>(host_); }
 
   /// The event recorded after the batch's copy: for a consumer that orders its streams itself.
+  /// Such a consumer must give the batch back with release(stream), naming the stream that
+  /// reads it last: without a wait(), release() and the destructor know of no stream, record
+  /// nothing, and the buffer may be overwritten while that stream still reads it.
   [[nodiscard]] cudaEvent_t ready_event() const noexcept { return ready_; }
 
   /// Makes `consumer` wait, on the device, for the batch's copy: queue work that reads
@@ -307,8 +318,9 @@ class device_batch {
 
   /// Gives the device buffer back. The work queued on `consumer` so far is taken to be the
   /// last to read it: an event recorded there must pass before the buffer is overwritten.
-  /// Never blocks. Throws cuda_error when the event cannot be recorded (the buffer is given
-  /// back all the same, and the loader reports the error at its reuse). Idempotent.
+  /// Never blocks, but when the event cannot be recorded: then it waits for that work, and
+  /// throws cuda_error (the buffer is given back all the same, and the loader reports the error
+  /// again at its reuse). Idempotent.
   void release(stream_ref consumer) {
     if (ring_ == nullptr) {
       host_.release();
@@ -317,13 +329,16 @@ class device_batch {
     const auto ring = std::exchange(ring_, nullptr);
     const cudaError_t result = ring->give_back(slot_, consumer.get());
     waited_on_.reset();
-    MULTIPACK_CUDA_CHECK(result);
+    multipack::detail::check_cuda(result, "cudaEventRecord(release of a device batch)", __FILE__, __LINE__);
   }
 
   /// release(the stream given to the last wait()); when wait() was never called nothing was
-  /// queued on the buffer and no event is needed. Never throws. Idempotent.
+  /// queued on the buffer and no event is needed (but see ready_event()). Never throws: a
+  /// failed record counts in cuda::destructor_errors(). Idempotent.
   void release() noexcept {
-    if (ring_ != nullptr) static_cast<void>(std::exchange(ring_, nullptr)->give_back(slot_, waited_on_));
+    if (ring_ != nullptr)
+      multipack::detail::note_destructor_result(std::exchange(ring_, nullptr)->give_back(slot_, waited_on_),
+                                                "cudaEventRecord(release of a device batch)");
     waited_on_.reset();
     host_.release();
   }
@@ -448,11 +463,13 @@ class device_loader {
   /// The next step's batch, in order, its copy queued; std::nullopt after the last step.
   /// Blocks while the workers have not built the batch, and while every pinned buffer waits
   /// for its copy (a host prefetch.depth + batches_in_flight batches ahead of the copies).
-  /// Throws what batch_loader::next throws (a worker's exception at its step), cuda_error,
-  /// and option_error when the consumer holds all batches_in_flight batches. Consumer
+  /// Throws what batch_loader::next throws (a worker's exception at its step), cuda_error
+  /// (once a step was taken from the workers, at every later call too: that step is not
+  /// skipped), and option_error when the consumer holds all batches_in_flight batches. Consumer
   /// thread only. Cost: a queue operation, 1 to 5 cudaMemcpyAsync, 2 or 3 event records,
   /// a cudaEventQuery a finished copy; no allocation.
   [[nodiscard]] std::optional<batch> next() {
+    if (failure_) std::rethrow_exception(failure_);
     if (!on_device_) {
       auto host = loader_.next();
       if (!host) return std::nullopt;
@@ -470,27 +487,36 @@ class device_loader {
     const std::uint64_t epoch = (*host)->epoch;
     const std::uint32_t rank = (*host)->rank;
 
-    if (slot.timing_pending) add_timing(slot);
     cudaStream_t copy = copy_->get();
-    if (slot.release_recorded) {
-      MULTIPACK_CUDA_CHECK(cudaStreamWaitEvent(copy, slot.released.get(), 0));
-      slot.release_recorded = false;
-    }
     batch_view<T> to = batch_view<T>::over_bytes(layout(), {slot.memory.data(), slot.memory.size()});
-    to.copy_results_from(from);
-    if (slot.copy_started) slot.copy_started->record(copy);
-    slot.bytes = detail::enqueue_batch_copies(from, to, copy);
-    slot.copied.record(copy);
-    slot.timing_pending = slot.copy_started.has_value();
+    try {
+      if (slot.timing_pending) add_timing(slot);
+      if (slot.release_recorded) {
+        MULTIPACK_CUDA_CHECK(cudaStreamWaitEvent(copy, slot.released.get(), 0));
+        slot.release_recorded = false;
+      }
+      to.copy_results_from(from);
+      if (slot.copy_started) slot.copy_started->record(copy);
+      slot.bytes = detail::enqueue_batch_copies(from, to, copy);
+      slot.copied.record(copy);
+      slot.timing_pending = slot.copy_started.has_value();
+      // The pinned buffer goes back to the workers once this event has passed (seen at a
+      // later next()). From here on `host` is not read again.
+      pending_copy& pending = pending_[pending_tail_ % pending_.size()];
+      pending.copied.record(copy);
+      pending.lease = std::move(*host);
+      ++pending_tail_;
+    } catch (...) {
+      // The step is taken from the host loader, and copies out of its pinned buffer may be
+      // queued: they finish before the buffer goes back to the workers (with `host`), and the
+      // loader fails for good, as after a worker's error, rather than go on without the step.
+      static_cast<void>(cudaStreamSynchronize(copy));
+      static_cast<void>(cudaGetLastError());
+      failure_ = std::current_exception();
+      throw;
+    }
     ++copies_.copies;
     copies_.bytes_copied += slot.bytes;
-
-    // The pinned buffer goes back to the workers once this event has passed (seen at a later
-    // next()). From here on `host` is not read again.
-    pending_copy& pending = pending_[pending_tail_ % pending_.size()];
-    pending.copied.record(copy);
-    pending.lease = std::move(*host);
-    ++pending_tail_;
 
     claimed.keep();
     return batch(ring_, claimed.index(), to, step, epoch, rank, slot.copied.get());
@@ -554,8 +580,10 @@ class device_loader {
     return options;
   }
 
+  // On the host fallback too: the consumer may hold batches_in_flight batches on a device,
+  // and the same loop must run without one.
   prefetch_options with_depth(prefetch_options prefetch) const {
-    if (on_device_) prefetch.depth += options_.batches_in_flight;
+    prefetch.depth += options_.batches_in_flight;
     return prefetch;
   }
 
@@ -616,6 +644,7 @@ class device_loader {
   std::size_t pending_head_ = 0;
   std::size_t pending_tail_ = 0;
   device_statistics copies_;  // the copy counts; statistics() adds the host side
+  std::exception_ptr failure_;  // a CUDA call that failed after a step was taken: rethrown by next()
   Host loader_;  // after pinned_: its workers write into pinned_'s memory
   // After loader_, whose layout (for an epoch_loader, known once it made the first plan) sizes
   // the device buffers. Shared with the batches handed out.
