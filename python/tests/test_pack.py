@@ -9,7 +9,8 @@ import multipack
 
 
 def covered(packing, lengths):
-    """Per sample, the tokens the rows hold of it, checking that no row is over capacity."""
+    """Per sample, the tokens the rows hold of it, checking that no row is over capacity and
+    that a sample's pieces tile [0, held) without a gap or an overlap."""
     offsets = packing.row_offsets
     pieces = packing.pieces
     capacity = packing.report["capacity"]
@@ -20,6 +21,12 @@ def covered(packing, lengths):
     assert np.all(row_tokens <= capacity), "a row is over capacity"
     held = np.zeros(len(lengths), dtype=np.int64)
     np.add.at(held, pieces[:, 0].astype(np.int64), tokens)
+    order = np.lexsort((pieces[:, 1], pieces[:, 0]))
+    sample, begin, end = (pieces[order, k].astype(np.int64) for k in range(3))
+    first = np.ones(len(sample), dtype=bool)
+    first[1:] = sample[1:] != sample[:-1]
+    assert np.all(begin[first] == 0), "a sample's first piece does not start at its token 0"
+    assert np.all(begin[1:][~first[1:]] == end[:-1][~first[1:]]), "a sample's pieces leave a gap or overlap"
     return held
 
 

@@ -114,7 +114,10 @@ done
 expect_load_error() {  # MESSAGE load-flags...: load fails with one line naming MESSAGE
   local message=$1
   shift
-  if "$bench" load "$@" >"$work/err.out" 2>"$work/err.txt"; then fail "load $*: succeeded"; fi
+  local status=0
+  "$bench" load "$@" >"$work/err.out" 2>"$work/err.txt" || status=$?
+  [[ $status -ne 0 ]] || fail "load $*: succeeded"
+  [[ $status -lt 128 ]] || fail "load $*: exit status $status, a crash"
   grep -q -- "$message" "$work/err.txt" || fail "load $*: $(cat "$work/err.txt")"
 }
 expect_load_error "excludes" --data "$work/out_labels" --loss-mask "$work/out_labels.loss_mask" --prompt-lengths "$prompts"

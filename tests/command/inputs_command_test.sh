@@ -129,7 +129,8 @@ for pipeline in plan views; do
 import json, sys
 from dump_format import die
 r = json.load(open(sys.argv[1]))
-if r['pipeline'] != sys.argv[2] or not r['rss_before_first_batch_bytes'] > 0 or r['dumped_batches'] != r['batches']:
+if r['pipeline'] != sys.argv[2] or not r['rss_before_first_batch_bytes'] > 0 or r['dumped_batches'] != r['batches'] \
+        or not r['batches'] > 0:
     die(f'pipeline {r["pipeline"]}, rss_before_first_batch_bytes {r["rss_before_first_batch_bytes"]}, '
         f'{r["dumped_batches"]} of {r["batches"]} batches dumped')
 PY

@@ -533,9 +533,9 @@ expect_error "bogus" --algorithm bogus
 expect_error "capacity" --capacity 0
 expect_error "--repeat-data" --repeat-data 0
 expect_error "--depth" --depth 1000000000
-# The most buffers the loader takes, but more memory than this machine has: refused before
-# the pool is filled.
-expect_error "--depth 65536" --depth 65536
+# The most buffers the loader takes, of 256 rows of 65,536 tokens (about 18 TB in all), more
+# memory than any machine has: refused before the pool is filled.
+expect_error "--depth 65536" --depth 65536 --capacity 65536 --micro-batch 256
 expect_error "$work/a-file/batches" --dump-batches "$work/a-file/batches"
 expect_error "--dump-batches" --device --dump-batches "$work/batches"
 expect_error "--batches-in-flight" --device --batches-in-flight 0
