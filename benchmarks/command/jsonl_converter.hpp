@@ -10,6 +10,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <vector>
 
@@ -40,6 +41,51 @@ inline const char* companion_name(companion c) {
   return "no loss mask";
 }
 
+/// `text`, or where it has a lone UTF-16 surrogate escape (a \uD800-\uDBFF not followed by a
+/// \uDC00-\uDFFF, or such a low one not after a high one) a copy in `scratch` with each written
+/// as \uFFFD, the replacement character. RFC 8259's grammar allows them and Python's
+/// json.dumps writes one for a str cut inside an emoji, but nlohmann/json refuses the line;
+/// the fields convert reads are integers, so a character of a text field does not matter.
+/// O(length); copies only a line that has one.
+inline std::string_view without_lone_surrogates(const std::string& text, std::string& scratch) {
+  const auto hex4 = [&](std::size_t at, unsigned& value) {
+    if (at + 4 > text.size()) return false;
+    value = 0;
+    for (std::size_t k = at; k < at + 4; ++k) {
+      const char c = text[k];
+      const int digit = c >= '0' && c <= '9'   ? c - '0'
+                        : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                        : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                               : -1;
+      if (digit < 0) return false;
+      value = value * 16 + static_cast<unsigned>(digit);
+    }
+    return true;
+  };
+  bool copied = false;
+  std::size_t i = text.find('\\');
+  while (i != std::string::npos && i + 1 < text.size()) {
+    unsigned code = 0;
+    if (text[i + 1] != 'u' || !hex4(i + 2, code)) {  // another escape (\\ included): skipped whole
+      i = text.find('\\', i + 2);
+      continue;
+    }
+    std::size_t next = i + 6;
+    unsigned low = 0;
+    const bool high = code >= 0xD800 && code <= 0xDBFF;
+    if (high && next + 1 < text.size() && text[next] == '\\' && text[next + 1] == 'u' && hex4(next + 2, low) &&
+        low >= 0xDC00 && low <= 0xDFFF) {
+      next += 6;  // a pair
+    } else if (high || (code >= 0xDC00 && code <= 0xDFFF)) {
+      if (!copied) scratch = text;
+      copied = true;
+      scratch.replace(i + 2, 4, "FFFD");  // the same length: positions stay those of `text`
+    }
+    i = text.find('\\', next);
+  }
+  return copied ? std::string_view(scratch) : std::string_view(text);
+}
+
 /// The converter: one sample a line into the writers.
 class jsonl_converter {
  public:
@@ -54,7 +100,8 @@ class jsonl_converter {
     const auto where = [&] { return fmt::format("{}: line {} (byte {})", o_.input, line, offset); };
     nlohmann::json j;
     try {
-      j = nlohmann::json::parse(text);
+      const std::string_view json = without_lone_surrogates(text, scratch_);
+      j = nlohmann::json::parse(json.begin(), json.end());
     } catch (const nlohmann::json::exception& e) {  // parse_error, and out_of_range for a number like 2e999
       throw format_error(fmt::format("{}: not JSON: {}", where(), e.what()));
     }
@@ -183,6 +230,7 @@ class jsonl_converter {
   std::uint64_t first_line_ = 0;
   std::vector<std::int64_t> ids_;
   std::vector<std::int64_t> labels_;
+  std::string scratch_;  // a line with its lone surrogates replaced (without_lone_surrogates)
   std::vector<std::int32_t> mask_;  // 0 / 1, stored as uint8
   std::uint64_t samples_ = 0;
   std::uint64_t token_count_ = 0;

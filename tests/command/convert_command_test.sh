@@ -140,6 +140,21 @@ expect_success --input "$work/both.jsonl" --output "$work/both_prompts" --prompt
 [[ -e $work/both_prompts.prompt_lengths && ! -e $work/both_prompts.loss_mask.idx ]] || fail "--prompt-field: no prompt lengths"
 expect_error "give one kind of loss mask" --input "$work/both.jsonl" --output "$work/both_neither"
 ok "both kinds of mask on a line: the one named by its flag"
+# Lone UTF-16 surrogate escapes in a field convert does not read (Python's json.dumps writes
+# them for a str cut inside an emoji): converted; a pair, and an escaped backslash before a
+# "u", as they are.
+"$python" - "$work/surrogates.jsonl" <<'PY'
+import json, sys
+with open(sys.argv[1], "w") as f:
+    for i, text in enumerate(["cut \ud83d", "\udc00 alone", "a pair \U0001F600", "\\ud800 is text", "\ud800\ud800"]):
+        f.write(json.dumps({"input_ids": [i + 1, i + 2], "text": text}) + "\n")
+PY
+grep -q 'ud83d"' "$work/surrogates.jsonl" || fail "the file has no lone surrogate escape to convert"
+expect_success --input "$work/surrogates.jsonl" --output "$work/surrogates" --dtype int32 --json
+"$python" -c 'import json, sys; r = json.load(open(sys.argv[1])); assert (r["samples"], r["tokens"]) == (5, 10), r' \
+  "$work/out" || fail "lone surrogates: not every sample converted"
+ok "lone surrogate escapes in a text field: every line converted"
+
 # input_bytes is the file's size, with or without a newline after the last line.
 printf '{"input_ids": [1, 2]}\n{"input_ids": [3]}' >"$work/no_newline.jsonl"
 printf '{"input_ids": [1, 2]}\n{"input_ids": [3]}\n' >"$work/newline.jsonl"
