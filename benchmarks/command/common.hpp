@@ -140,6 +140,16 @@ class text_file {
   fmt::memory_buffer buffer_;
 };
 
+/// Throws option_error naming `flag` when the directory `path` would be written in does not
+/// exist: checked before the work, since a dump is written at the end of a run that may take
+/// minutes. O(1).
+inline void check_output_directory(const std::string& path, const char* flag) {
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  std::error_code error;
+  if (!parent.empty() && !std::filesystem::is_directory(parent, error))
+    throw option_error(fmt::format("{} {}: the directory {} does not exist", flag, path, parent.string()));
+}
+
 /// Appends pieces as the dump files write them: separated by spaces, `i` for all of sample i,
 /// `i:b:e` for tokens [b, e) of it.
 inline void append_pieces(fmt::memory_buffer& out, std::span<const piece> pieces, const std::vector<std::uint32_t>& lengths) {

@@ -35,6 +35,9 @@ namespace multipack::bench {
 
 inline int run_convert_command(const convert_command_options& o) {
   const token_dtype dtype = detail::parse_token_dtype(o.dtype);
+  std::error_code is_dir_error;
+  if (std::filesystem::is_directory(o.input, is_dir_error))
+    throw option_error("--input " + o.input + ": a directory; convert reads one JSON Lines file");
   std::ifstream in(o.input, std::ios::binary);
   if (!in) throw io_error(o.input + ": cannot open: " + std::strerror(errno));
   std::error_code ec;

@@ -62,6 +62,7 @@ void write_rows(const std::string& path, const packed_rows& rows, const std::vec
 int run_pack_command(const pack_command_options& o) {
   const pack_options options = to_pack_options(o.packing);
   validate(options);
+  if (!o.dump_rows.empty()) check_output_directory(o.dump_rows, "--dump-rows");
   const opened_input input = load_lengths(o.packing.source, o.packing.seed, 0);
   const std::vector<std::uint32_t>& lengths = input.lengths;
 

@@ -44,6 +44,7 @@ void write_plan(const std::string& path, const epoch_plan& plan, std::uint64_t s
 int run_plan_command(const plan_command_options& o) {
   const schedule_options options = to_schedule_options(o.schedule, o.packing.seed, o.consumed_rows);
   validate(options);
+  if (!o.dump_plan.empty()) check_output_directory(o.dump_plan, "--dump-plan");
   pack_options packing_options = to_pack_options(o.packing);
   packing_options.epoch = options.epoch;  // the seed is --seed, the epoch --epoch: one pair for both
   validate(packing_options);

@@ -172,6 +172,8 @@ if [[ -w /dev/full ]]; then
   ok "--json >/dev/full: exit 1, the error says so"
 fi
 
+expect_error "a directory; convert reads one JSON Lines file" --input "$work" --output "$work/from_a_directory"
+
 # --ignore-index is decimal, leading zeros and all (CLI11 alone reads -0100 as octal -64).
 expect_success --input "$work/labels.jsonl" --output "$work/out_ignore" --dtype uint16 --ignore-index -0100
 cmp "$work/out_ignore.loss_mask.bin" "$work/out_labels.loss_mask.bin" || fail "--ignore-index -0100: another mask"

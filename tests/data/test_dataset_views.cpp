@@ -298,6 +298,10 @@ TEST_CASE("shards that are not there, a file named for its prefix: a clear error
                        "no Megatron indexed dataset there"));
   CHECK(test::contains(test::message_of<option_error>([&] { (void)indexed_prefixes(dir / "x_*"); }),
                        "names no Megatron indexed dataset"));
+  // One of the two files: the error names the other.
+  std::filesystem::copy_file(test::alpaca_prefix().string() + ".idx", dir / "half.idx");
+  CHECK(test::contains(test::message_of<option_error>([&] { (void)indexed_prefixes(dir / "half"); }),
+                       (dir / "half.bin").string() + " is missing beside its .idx"));
   // A file's name for its prefix (a common slip): the error says which prefix was meant.
   for (const char* suffix : {".bin", ".idx"}) {
     std::filesystem::path named = test::alpaca_prefix();

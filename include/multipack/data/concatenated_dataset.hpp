@@ -172,6 +172,10 @@ template <path_like Path>
     meant.replace_extension();
     if ((where.extension() == ".bin" || where.extension() == ".idx") && complete(meant))
       throw option_error(where.string() + ": a dataset is named by its prefix, without .bin or .idx: " + meant.string());
+    for (const auto& [have, lack] : {std::pair{".idx", ".bin"}, std::pair{".bin", ".idx"}})
+      if (fs::is_regular_file(detail::with_suffix(where, have)))
+        throw option_error(where.string() + ": " + detail::with_suffix(where, lack).string() + " is missing beside its " +
+                           have + " (a Megatron indexed dataset is both files)");
     throw option_error(where.string() + ": no Megatron indexed dataset there (expected " + where.string() +
                        ".idx and .bin, a directory of them, or a pattern such as shard_*)");
   }
