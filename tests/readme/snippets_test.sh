@@ -20,6 +20,19 @@ flags=(-std=c++20 -O1 -Wall -Wextra -Wpedantic -Werror -pthread -I"$source_dir/i
 
 host_blocks=$(extract host)
 [[ $host_blocks -gt 0 ]] || { echo "FAIL: no cpp block in the README" >&2; exit 1; }
+# Each block with only its section's #include lines up to it (the program below has them all,
+# which would hide a block that needs another section's): compiled for syntax, two at a time.
+for b in $(seq 1 "$host_blocks"); do
+  awk -v kind=host -v only="$b" -f "$source_dir/tests/readme/extract_blocks.awk" "$source_dir/README.md" \
+    >"$work/readme_host_$b.cpp" 2>/dev/null
+done
+if ! printf '%s\n' "$work"/readme_host_[0-9]*.cpp |
+    xargs -P 2 -I{} "$compiler" "${flags[@]}" -fsyntax-only {} 2>"$work/own_includes.txt"; then
+  echo "FAIL: a README block does not compile with its section's #include lines:" >&2
+  head -40 "$work/own_includes.txt" >&2
+  exit 1
+fi
+echo "each of the README's $host_blocks host blocks compiles with its section's #include lines"
 "$compiler" "${flags[@]}" "$work/readme_host.cpp" -o "$work/readme_host"
 (cd "$source_dir" && "$work/readme_host")
 echo "the README's $host_blocks host blocks compiled and ran"
