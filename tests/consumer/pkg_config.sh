@@ -7,6 +7,8 @@ mkdir -p "$work"
 export PKG_CONFIG_PATH="$prefix/share/pkgconfig"
 "$pkg_config" --exists multipack || { echo "pkg-config does not find multipack in $PKG_CONFIG_PATH"; exit 1; }
 [[ $("$pkg_config" --modversion multipack) == "$version" ]] || { echo "wrong version: $("$pkg_config" --modversion multipack)"; exit 1; }
-# shellcheck disable=SC2046  # the flags are words
-"$cxx" -std=c++20 -O1 $("$pkg_config" --cflags multipack) "$source" -o "$work/consumer" $("$pkg_config" --libs multipack)
+# pkg-config escapes a space in a path with a backslash, as a shell word: read them as words.
+eval "cflags=($("$pkg_config" --cflags multipack))"
+eval "libs=($("$pkg_config" --libs multipack))"
+"$cxx" -std=c++20 -O1 "${cflags[@]}" "$source" -o "$work/consumer" "${libs[@]}"
 "$work/consumer" "$data"
