@@ -27,7 +27,9 @@ configure=(-DCMAKE_BUILD_TYPE=Release -DMULTIPACK_WERROR=ON -DMULTIPACK_BUILD_EX
            "-DCMAKE_CUDA_ARCHITECTURES=${CUDA_ARCHITECTURES:-90}")
 if [[ -d .gpu-deps/root ]]; then
   root=$PWD/.gpu-deps/root
-  configure+=("-DCMAKE_PREFIX_PATH=$root/usr" "-DCMAKE_INCLUDE_PATH=$root/usr/include")
+  # The include directory as a compiler flag too: doctest's copied config names /usr/include.
+  configure+=("-DCMAKE_PREFIX_PATH=$root/usr" "-DCMAKE_INCLUDE_PATH=$root/usr/include"
+              "-DCMAKE_CXX_FLAGS=-isystem $root/usr/include")
   export LD_LIBRARY_PATH="$root/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   log "dependencies from .gpu-deps"
 elif ! scripts/install-deps; then
