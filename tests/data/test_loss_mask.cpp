@@ -307,6 +307,12 @@ TEST_CASE("a token mask of any integer dtype: nonzero carries loss") {
   const auto msg = test::message_of<format_error>([&] { (void)loss_mask::open_token_mask(dir / "float"); });
   CHECK(test::contains(msg, (dir / "float.idx").string()));
   CHECK(test::contains(msg, "float32"));
+
+  // A prompt-length file given as a token mask's prefix: the error says where it goes.
+  const fs::path prompts = test::source_dir() / "data/alpaca/prompt_lengths.txt";
+  const auto wrong = test::message_of<option_error>([&] { (void)loss_mask::open_token_mask(prompts); });
+  CHECK(test::contains(wrong, prompts.string() + ": a file, not the prefix of a token mask"));
+  CHECK(test::contains(wrong, "--prompt-lengths"));
 }
 
 TEST_CASE("a mask that does not describe the dataset's samples is a format_error naming both numbers") {

@@ -206,9 +206,18 @@ class loss_mask {
   /// mapped. Cost: indexed_dataset's validation (O(samples) over the .idx; the .bin is mapped,
   /// not read). Throws what indexed_dataset's constructor throws (io_error, format_error,
   /// naming the file), and format_error for a float dtype (a mask is 0/1 integers; a float
-  /// file is more likely the wrong file). Thread-safe.
+  /// file is more likely the wrong file); option_error for a prompt-length file given as
+  /// the prefix (a file PREFIX itself, with no PREFIX.idx), which says where it goes.
+  /// Thread-safe.
   template <path_like Path>
   [[nodiscard]] static loss_mask open_token_mask(const Path& prefix) {
+    const std::filesystem::path named(prefix);
+    std::error_code error;
+    if (std::filesystem::is_regular_file(named, error) &&
+        !std::filesystem::exists(detail::with_suffix(named, ".idx"), error))
+      throw option_error(named.string() + ": a file, not the prefix of a token mask (PREFIX.idx and PREFIX.bin, as "
+                         "convert --labels-field writes): prompt lengths are given as prompt lengths "
+                         "(--prompt-lengths, prompt_lengths=, loss_mask::open_prompt_lengths)");
     auto ds = std::make_shared<const indexed_dataset>(prefix);
     if (!dtype_is_integral(ds->dtype()))
       throw format_error(ds->idx_path().string() + ": byte 17: dtype " +
