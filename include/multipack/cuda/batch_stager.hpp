@@ -103,8 +103,7 @@ class batch_stager {
       buffer.copied.record(copy);
     } catch (...) {
       // Copies out of the pinned buffer may be queued: done before the next stage() writes it.
-      static_cast<void>(cudaStreamSynchronize(copy));
-      static_cast<void>(cudaGetLastError());
+      detail::wait_out_after_failure(copy);
       throw;
     }
     buffer.pending = true;

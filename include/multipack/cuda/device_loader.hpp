@@ -96,6 +96,15 @@ struct device_statistics {
 
 namespace detail {
 
+/// After a failed call that left no event to order what comes next: blocks until the work
+/// queued on `stream` is done (a copy out of a pinned buffer, the consumer's reads of a device
+/// one), so that the buffer can be written again, and clears the runtime's last error (the
+/// failure is reported by its own path). Never throws.
+inline void wait_out_after_failure(cudaStream_t stream) noexcept {
+  static_cast<void>(cudaStreamSynchronize(stream));
+  static_cast<void>(cudaGetLastError());
+}
+
 /// One device buffer and the events that order its use.
 struct device_slot {
   device_memory memory;
@@ -162,10 +171,7 @@ class device_ring {
       result = cudaEventRecord(s.released.get(), *consumer);
       s.release_recorded = result == cudaSuccess;
       s.release_error = result;
-      if (result != cudaSuccess) {
-        static_cast<void>(cudaStreamSynchronize(*consumer));
-        static_cast<void>(cudaGetLastError());  // reported at the slot's reuse, not by the next unrelated check
-      }
+      if (result != cudaSuccess) wait_out_after_failure(*consumer);  // reported at the slot's reuse
     }
     const std::lock_guard lock(mutex_);
     free_[(free_head_ + free_count_) % free_.size()] = i;
@@ -510,8 +516,7 @@ class device_loader {
       // The step is taken from the host loader, and copies out of its pinned buffer may be
       // queued: they finish before the buffer goes back to the workers (with `host`), and the
       // loader fails for good, as after a worker's error, rather than go on without the step.
-      static_cast<void>(cudaStreamSynchronize(copy));
-      static_cast<void>(cudaGetLastError());
+      detail::wait_out_after_failure(copy);
       failure_ = std::current_exception();
       throw;
     }

@@ -20,18 +20,25 @@ template <class Enum, std::size_t N>
   return "unknown";
 }
 
+/// The names of `names`, ", " between them, for messages. O(N).
+template <class Enum, std::size_t N>
+[[nodiscard]] std::string known_names(const std::array<std::pair<Enum, std::string_view>, N>& names) {
+  std::string known;
+  for (const auto& [v, name] : names) {
+    known += known.empty() ? "" : ", ";
+    known += name;
+  }
+  return known;
+}
+
 /// The value named `text`; throws option_error naming `what` and listing the known names.
 template <class Enum, std::size_t N>
 [[nodiscard]] Enum parse_name(const std::array<std::pair<Enum, std::string_view>, N>& names,
                               std::string_view text, std::string_view what) {
-  std::string known;
-  for (const auto& [v, name] : names) {
+  for (const auto& [v, name] : names)
     if (name == text) return v;
-    known += known.empty() ? "" : ", ";
-    known += name;
-  }
-  throw option_error("unknown " + std::string(what) + " '" + std::string(text) +
-                     "' (known: " + known + ")");
+  throw option_error("unknown " + std::string(what) + " '" + std::string(text) + "' (known: " + known_names(names) +
+                     ")");
 }
 
 /// Throws option_error "<who>: <what> <number> is none of <names>" unless `value` is in
@@ -40,14 +47,10 @@ template <class Enum, std::size_t N>
 template <class Enum, std::size_t N>
 void require_named(const std::array<std::pair<Enum, std::string_view>, N>& names, Enum value, std::string_view who,
                    std::string_view what) {
-  std::string known;
-  for (const auto& [v, name] : names) {
+  for (const auto& [v, name] : names)
     if (v == value) return;
-    known += known.empty() ? "" : ", ";
-    known += name;
-  }
   throw option_error(std::string(who) + ": " + std::string(what) + " " +
-                     std::to_string(static_cast<long long>(value)) + " is none of " + known);
+                     std::to_string(static_cast<long long>(value)) + " is none of " + known_names(names));
 }
 
 }  // namespace multipack::detail
