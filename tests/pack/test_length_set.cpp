@@ -19,21 +19,32 @@ using multipack::detail::length_sampler;
 using multipack::detail::length_set;
 
 TEST_CASE("length_set answers find_prev and find_next as std::set does") {
-  for (const std::uint32_t universe : {1U, 2U, 63U, 64U, 65U, 4097U, 65537U}) {
+  // Above 2^18 the top level has several words (2 at 2^18 + 1, 256 at 2^26, 1,025 at
+  // 2^28 + 3). There members are sparse, and half of them fall near four anchors so that
+  // queries also land in occupied words.
+  for (const std::uint32_t universe :
+       {1U, 2U, 63U, 64U, 65U, 4097U, 65537U, (1U << 18U) + 1, 1U << 26U, (1U << 28U) + 3}) {
     CAPTURE(universe);
     length_set set(universe);
     std::set<std::uint32_t> reference;
     splitmix64 rng(universe);
+    const std::uint32_t anchors[] = {0, universe / 3, universe / 2 + 4000, universe > 5000 ? universe - 5000 : 0};
+    const auto draw = [&] {
+      if (universe <= 65537 || rng.below(2) == 0) return static_cast<std::uint32_t>(rng.below(universe));
+      return std::min(universe - 1, anchors[rng.below(4)] + static_cast<std::uint32_t>(rng.below(5000)));
+    };
     for (int step = 0; step < 4000; ++step) {
-      const auto x = static_cast<std::uint32_t>(rng.below(universe));
+      auto x = draw();
       if (rng.below(3) == 0) {
+        // Mostly a member (the next one): emptying words, summary words and the levels above.
+        if (const auto member = reference.lower_bound(x); member != reference.end() && rng.below(4) != 0) x = *member;
         set.erase(x);
         reference.erase(x);
       } else {
         set.insert(x);
         reference.insert(x);
       }
-      const auto q = static_cast<std::uint32_t>(rng.below(universe));
+      const auto q = draw();
       const auto next = reference.lower_bound(q);
       CHECK(set.find_next(q) == (next == reference.end() ? length_set::none : *next));
       auto prev = reference.upper_bound(q);

@@ -58,7 +58,13 @@ struct unplaced_items {
   void remove(std::uint32_t length, std::uint32_t n = 1) noexcept {
     left -= n;
     count[length] -= n;
-    if (count[length] != 0) return;
+    if (count[length] == 0) [[unlikely]] remove_length(length);
+  }
+
+ private:
+  /// The last item of `length` is gone. Out of line: with length_set's calls inlined here,
+  /// remove() saved six registers at every call (randomized_exact_fit 4 % more instructions).
+  [[gnu::noinline]] void remove_length(std::uint32_t length) noexcept {
     present.erase(length);
     if (left == 0) return;
     if (length == shortest) shortest = present.find_next(length);
