@@ -82,6 +82,7 @@ inline int run_convert_command(const convert_command_options& o) {
     out["blank_lines"] = converter.blank_lines();
     out["loss_mask"] = detail::companion_name(converter.kind());
     out["outputs"] = converter.outputs();
+    out["removed"] = converter.removed();
     out["input_bytes"] = bytes;
     out["seconds"] = seconds;
     out["input_bytes_per_second"] = seconds > 0 ? static_cast<double>(bytes) / seconds : 0.0;
@@ -96,6 +97,7 @@ inline int run_convert_command(const convert_command_options& o) {
   fmt::print("  time           {:>12.4f} s   {:.1f} MB/s of JSON Lines; peak resident {:L} bytes\n", seconds,
              seconds > 0 ? static_cast<double>(bytes) / seconds * 1e-6 : 0.0, peak);
   for (const std::string& file : converter.outputs()) fmt::print("  wrote          {}\n", file);
+  for (const std::string& file : converter.removed()) fmt::print("  removed        {}\n", file);
   return 0;
 }
 

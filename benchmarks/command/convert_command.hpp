@@ -14,7 +14,9 @@
 // Writes OUT.bin + OUT.idx (Megatron's format, --dtype tokens), and with prompt lengths
 // OUT.prompt_lengths (the binary MPPROMPT form), with labels OUT.loss_mask.bin/.idx (a uint8
 // token mask: 1 carries loss). Every file is written under a temporary name and renamed at
-// the end: an error leaves no output behind (and earlier outputs of the same name as they were).
+// the end, once all are complete: an error leaves no output behind (and earlier outputs of the
+// same name as they were). A companion of the other kind (or of either, without a mask) that
+// an earlier conversion left at OUT is removed, and the report names it.
 
 #include <cstdint>
 #include <functional>

@@ -12,6 +12,7 @@
 #include <string>
 #include <string_view>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -174,12 +175,27 @@ class jsonl_converter {
     longest_ = std::max<std::uint64_t>(longest_, ids_.size());
   }
 
-  /// Puts every output in place. Throws format_error for an input with no sample.
+  /// Puts every output in place, and removes the loss-mask companion of the other kind (or
+  /// of either kind, without a mask) that an earlier conversion left at the prefix (removed()
+  /// names what was there). Throws format_error for an input with no sample, io_error when a
+  /// file cannot be written (every earlier output is then as it was), removed or renamed.
   void finish() {
     if (samples_ == 0) throw format_error(o_.input + ": no samples (an empty input, or blank lines only)");
-    tokens_.finish();
-    if (prompts_) prompts_->finish();
-    if (mask_writer_) mask_writer_->finish();
+    // Every file completed before any old one changes: a failure here leaves them all as they
+    // were (the writers' destructors remove the temporaries).
+    tokens_.prepare();
+    if (prompts_) prompts_->prepare();
+    if (mask_writer_) mask_writer_->prepare();
+    // The old PREFIX.idx goes first and the new one comes last: while the companions change,
+    // the dataset cannot be opened, so it never pairs with another dataset's mask.
+    remove_file(o_.output + ".idx");
+    const std::string mask = o_.output + std::string(token_mask_suffix);
+    for (const auto& [stale, file] : {std::pair{!prompts_, o_.output + ".prompt_lengths"},
+                                      std::pair{!mask_writer_, mask + ".idx"}, std::pair{!mask_writer_, mask + ".bin"}})
+      if (stale && remove_file(file)) removed_.push_back(file);
+    if (prompts_) prompts_->commit();
+    if (mask_writer_) mask_writer_->commit();
+    tokens_.commit();
   }
 
   [[nodiscard]] std::uint64_t samples() const noexcept { return samples_; }
@@ -196,8 +212,18 @@ class jsonl_converter {
     }
     return out;
   }
+  /// The stale companion files finish() removed.
+  [[nodiscard]] const std::vector<std::string>& removed() const noexcept { return removed_; }
 
  private:
+  /// Whether `file` was there; io_error when it cannot be removed.
+  static bool remove_file(const std::string& file) {
+    std::error_code ec;
+    const bool was_there = std::filesystem::remove(file, ec);
+    if (ec) throw io_error(file + ": cannot remove: " + ec.message());
+    return was_there;
+  }
+
   template <class Where>
   static void integers(const nlohmann::json& array, const std::string& field, const Where& where,
                        std::vector<std::int64_t>& out) {
@@ -236,6 +262,7 @@ class jsonl_converter {
   std::uint64_t token_count_ = 0;
   std::uint64_t longest_ = 0;
   std::uint64_t blank_ = 0;
+  std::vector<std::string> removed_;
 };
 
 inline token_dtype parse_token_dtype(const std::string& name) {

@@ -3,7 +3,8 @@
 # (with prompt lengths, with labels, with tokens only) come back as the same .bin and .idx
 # byte for byte (uint16, as the original), with the prompt lengths or the token mask their
 # loss-mask companion describes, and load as a dataset; bad lines are one-line errors that
-# name the line and leave no output behind.
+# name the line and leave no output behind; a companion that cannot be written keeps the
+# earlier outputs, and one of another kind is removed.
 #
 #   bash tests/command/convert_command_test.sh <multipack-bench> <source-dir> <scratch-dir>
 set -euo pipefail
@@ -62,6 +63,10 @@ elif what == 'report':  # report JSON SAMPLES TOKENS KIND
     if r['samples'] != int(sys.argv[3]) or r['tokens'] != int(sys.argv[4]) or r['loss_mask'] != sys.argv[5]:
         die('report %r' % r)
     if r['blank_lines'] != 5: die('blank lines: %r' % r['blank_lines'])
+    if r['removed'] != []: die('removed: %r' % r['removed'])
+elif what == 'removed':  # removed JSON FILES...: the report names the files removed
+    r = json.load(open(sys.argv[2]))
+    if r['removed'] != sys.argv[3:]: die('removed %r, expected %r' % (r['removed'], sys.argv[3:]))
 PY
 
 tokens_total=$(awk '{ s += $1 } END { print s }' "$lengths_txt")
@@ -221,6 +226,43 @@ printf '{"input_ids": [1]}\n{"input_ids": x}\n' >"$work/late.jsonl"
 expect_error "line 2" --input "$work/late.jsonl" --output "$work/keep"
 cmp "$work/keep.idx" "$work/out_none.idx" && cmp "$work/keep.bin" "$work/out_none.bin" || fail "the earlier output changed"
 ok "a failed conversion leaves the earlier output of the same name untouched"
+
+# A companion that cannot be completed (a full disk: its temporary is /dev/full) fails the
+# conversion before any file is renamed: the earlier dataset and companion stay as they were
+# (not a new dataset beside the old mask), and no temporary is left.
+if [[ -w /dev/full ]]; then
+  printf '{"input_ids": [1, 2, 3], "prompt_length": 1}\n' >"$work/full_prompt.jsonl"
+  printf '{"input_ids": [1, 2, 3], "labels": [-100, 2, 3]}\n' >"$work/full_labels.jsonl"
+  for kind in prompt labels; do
+    for file in "$work/out_$kind".*; do cp "$file" "$work/full_$kind${file#"$work/out_$kind"}"; done
+    companion=$([[ $kind == prompt ]] && echo prompt_lengths || echo loss_mask.idx)
+    ln -s /dev/full "$work/full_$kind.$companion.tmp"
+    expect_error "full_$kind.$companion.tmp: write failed" --input "$work/full_$kind.jsonl" --output "$work/full_$kind"
+    for file in "$work/out_$kind".*; do
+      cmp "$file" "$work/full_$kind${file#"$work/out_$kind"}" || fail "$kind: $file changed though its companion failed"
+    done
+    left=$(find "$work" -name "full_$kind*.tmp" | head -3)
+    [[ -z $left ]] || fail "$kind: the failed conversion left $left"
+  done
+  ok "a companion that cannot be written: the earlier dataset and companion as they were, no temporary"
+fi
+
+# Converting again into a prefix with another kind of mask (or none) removes the other kind's
+# companion, which a loader named by it would pair with the new samples; the report says so.
+expect_success --input "$work/both.jsonl" --output "$work/again" --prompt-field prompt_length --json
+"$python" "$work/check.py" removed "$work/out" || fail "a first conversion removed something"
+expect_success --input "$work/both.jsonl" --output "$work/again" --labels-field labels --json
+"$python" "$work/check.py" removed "$work/out" "$work/again.prompt_lengths" || fail "labels after prompt lengths"
+[[ ! -e $work/again.prompt_lengths && -e $work/again.loss_mask.idx ]] || fail "labels: the prompt lengths were left"
+expect_success --input "$work/both.jsonl" --output "$work/again" --prompt-field prompt_length
+grep -qF "removed        $work/again.loss_mask.idx" "$work/out" && grep -qF "removed        $work/again.loss_mask.bin" "$work/out" ||
+  fail "prompt lengths after labels: the report does not name the token mask: $(cat "$work/out")"
+[[ ! -e $work/again.loss_mask.idx && ! -e $work/again.loss_mask.bin && -e $work/again.prompt_lengths ]] ||
+  fail "prompt lengths: the token mask was left"
+expect_success --input "$work/newline.jsonl" --output "$work/again" --json
+"$python" "$work/check.py" removed "$work/out" "$work/again.prompt_lengths" || fail "no mask after prompt lengths"
+[[ ! -e $work/again.prompt_lengths ]] || fail "no mask: the prompt lengths were left"
+ok "a conversion with another kind of mask, or none, removes the earlier companion and names it"
 
 rm -rf "$work"
 echo "all convert command checks passed"

@@ -385,6 +385,68 @@ TEST_CASE("a writer destroyed before finish leaves no .idx and keeps the previou
   CHECK(std::distance(fs::directory_iterator(dir), fs::directory_iterator()) == 2);
 }
 
+TEST_CASE("prepare() writes everything but leaves the old dataset in place; commit() replaces it") {
+  const fs::path dir = test::fresh_temp_dir("two_phase");
+  const fs::path prefix = dir / "set";
+  {
+    indexed_dataset_writer w(prefix, token_dtype::int32);
+    w.add_sample(std::vector<int>{1, 2, 3});
+    w.finish();
+  }
+  const bytes idx_before = read_bytes(with(prefix, ".idx"));
+  const bytes bin_before = read_bytes(with(prefix, ".bin"));
+  {
+    indexed_dataset_writer w(prefix, token_dtype::int32);
+    CHECK_THROWS_AS(w.commit(), option_error);  // nothing prepared
+    w.add_sample(std::vector<int>{7, 8});
+    w.prepare();
+    CHECK(read_bytes(with(prefix, ".idx")) == idx_before);
+    CHECK(read_bytes(with(prefix, ".bin")) == bin_before);
+    CHECK(fs::exists(with(prefix, ".idx.tmp")));
+    CHECK_THROWS_AS(w.add_sample(std::vector<int>{1}), option_error);
+    CHECK_THROWS_AS(w.end_document(), option_error);
+    CHECK_THROWS_AS(w.prepare(), option_error);
+    CHECK_THROWS_AS(w.finish(), option_error);
+  }  // prepared, never committed: the temporaries go, the old dataset stays
+  CHECK(read_bytes(with(prefix, ".idx")) == idx_before);
+  CHECK(read_bytes(with(prefix, ".bin")) == bin_before);
+  CHECK(std::distance(fs::directory_iterator(dir), fs::directory_iterator()) == 2);
+
+  indexed_dataset_writer w(prefix, token_dtype::int32);
+  w.add_sample(std::vector<int>{7, 8});
+  w.prepare();
+  w.commit();
+  CHECK(w.finished());
+  CHECK_THROWS_AS(w.commit(), option_error);
+  const indexed_dataset ds(prefix);
+  REQUIRE(ds.size() == 1);
+  CHECK(ds.length(0) == 2);
+  CHECK(std::distance(fs::directory_iterator(dir), fs::directory_iterator()) == 2);
+}
+
+TEST_CASE("a prepare() that cannot write the .idx (a full disk) keeps the old dataset, leaves no temporary") {
+  if (!fs::exists("/dev/full")) return;  // the full disk: every write fails with ENOSPC
+  const fs::path dir = test::fresh_temp_dir("full_disk");
+  const fs::path prefix = dir / "set";
+  {
+    indexed_dataset_writer w(prefix, token_dtype::int32);
+    w.add_sample(std::vector<int>{1, 2, 3});
+    w.finish();
+  }
+  const bytes idx_before = read_bytes(with(prefix, ".idx"));
+  const bytes bin_before = read_bytes(with(prefix, ".bin"));
+  {
+    fs::create_symlink("/dev/full", with(prefix, ".idx.tmp"));  // the .idx is written through it
+    indexed_dataset_writer w(prefix, token_dtype::int32);
+    w.add_sample(std::vector<int>{7, 8});
+    CHECK(test::contains(test::message_of<io_error>([&] { w.prepare(); }), with(prefix, ".idx.tmp").string()));
+    CHECK_THROWS_AS(w.commit(), option_error);
+  }
+  CHECK(read_bytes(with(prefix, ".idx")) == idx_before);
+  CHECK(read_bytes(with(prefix, ".bin")) == bin_before);
+  CHECK(std::distance(fs::directory_iterator(dir), fs::directory_iterator()) == 2);
+}
+
 TEST_CASE("a finished writer refuses further calls") {
   const fs::path prefix = test::fresh_temp_dir("finished") / "set";
   indexed_dataset_writer w(prefix, token_dtype::int64);

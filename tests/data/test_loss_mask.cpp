@@ -562,3 +562,68 @@ TEST_CASE("write_prompt_lengths replaces an existing file whole") {
   CHECK(before.prompt_length(3) == 4);
   CHECK_FALSE(fs::exists(dir / "p.bin.tmp"));
 }
+
+TEST_CASE("a dataset and its prompt lengths prepared before either is committed: a companion that fails changes neither") {
+  if (!fs::exists("/dev/full")) return;  // the full disk: every write fails with ENOSPC
+  const fs::path dir = test::fresh_temp_dir("loss_mask_two_phase");
+  const fs::path prefix = dir / "set";
+  const fs::path prompts = dir / "set.prompt_lengths";
+  const auto convert = [&](const std::vector<std::vector<int>>& samples, bool full_disk) {
+    if (full_disk) fs::create_symlink("/dev/full", dir / "set.prompt_lengths.tmp");
+    indexed_dataset_writer tokens(prefix, token_dtype::int32);
+    prompt_lengths_writer lengths(prompts);
+    for (const auto& sample : samples) {
+      tokens.add_sample(sample);
+      lengths.add(sample.size() / 2);
+    }
+    tokens.prepare();
+    lengths.prepare();
+    tokens.commit();
+    lengths.commit();
+  };
+  convert({{1, 2, 3}, {4, 5}}, false);
+  const bytes idx_before = read_bytes(dir / "set.idx");
+  const bytes bin_before = read_bytes(dir / "set.bin");
+  const bytes prompts_before = read_bytes(prompts);
+
+  CHECK(test::contains(test::message_of<io_error>([&] { convert({{6, 7, 8, 9}}, true); }),
+                       (dir / "set.prompt_lengths.tmp").string() + ": write failed"));
+  CHECK(read_bytes(dir / "set.idx") == idx_before);
+  CHECK(read_bytes(dir / "set.bin") == bin_before);
+  CHECK(read_bytes(prompts) == prompts_before);
+  CHECK(std::distance(fs::directory_iterator(dir), fs::directory_iterator()) == 3);  // no temporary
+
+  convert({{6, 7, 8, 9}}, false);
+  const indexed_dataset ds(prefix);
+  const loss_mask m = loss_mask::open_prompt_lengths(prompts);
+  REQUIRE(ds.size() == 1);
+  REQUIRE(m.size() == 1);
+  CHECK(m.prompt_length(0) == 2);
+}
+
+TEST_CASE("prompt_lengths_writer: prepare() leaves the old file, commit() replaces it; out of order is an option_error") {
+  const fs::path dir = test::fresh_temp_dir("loss_mask_prepare");
+  const std::vector<std::uint32_t> a = {1, 2}, b = {9};
+  write_prompt_lengths(dir / "p.bin", a);
+  const bytes before = read_bytes(dir / "p.bin");
+  {
+    prompt_lengths_writer writer(dir / "p.bin");
+    CHECK_THROWS_AS(writer.commit(), option_error);
+    writer.add(b);
+    writer.prepare();
+    CHECK(read_bytes(dir / "p.bin") == before);
+    CHECK_THROWS_AS(writer.add(1), option_error);
+    CHECK_THROWS_AS(writer.prepare(), option_error);
+    CHECK_THROWS_AS(writer.finish(), option_error);
+  }  // never committed
+  CHECK(read_bytes(dir / "p.bin") == before);
+  CHECK_FALSE(fs::exists(dir / "p.bin.tmp"));
+  prompt_lengths_writer writer(dir / "p.bin");
+  writer.add(b);
+  writer.prepare();
+  writer.commit();
+  CHECK_THROWS_AS(writer.commit(), option_error);
+  CHECK_THROWS_AS(writer.add(1), option_error);
+  CHECK(loss_mask::open_prompt_lengths(dir / "p.bin").prompt_length(0) == 9);
+  CHECK_FALSE(fs::exists(dir / "p.bin.tmp"));
+}

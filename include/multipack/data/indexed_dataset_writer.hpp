@@ -7,6 +7,9 @@
 // Both files are written under temporary names (PREFIX.bin.tmp, PREFIX.idx.tmp) and renamed
 // by finish(), the old PREFIX.idx removed first: a reader never sees a .bin and .idx that
 // disagree, and a writer that dies or is destroyed unfinished leaves no .idx behind.
+// finish() is prepare() (everything that can fail but the renames) then commit() (the
+// renames): a caller with several writers whose outputs belong together (a dataset and its
+// loss mask) prepares them all before it commits any.
 // The .idx arrays are spooled to two more temporary files (PREFIX.idx.sizes.tmp,
 // PREFIX.idx.documents.tmp) as samples come, so memory does not grow with the dataset.
 
@@ -203,8 +206,9 @@ class indexed_dataset_writer {
         state_(std::exchange(other.state_, state::finished)) {}
   indexed_dataset_writer& operator=(indexed_dataset_writer&&) = delete;
 
-  /// When finish() was not called (or failed): closes and removes the temporary files,
-  /// leaving any previous PREFIX.bin/.idx as they were. Never throws.
+  /// When finish() (or commit()) was not called or failed: closes and removes the temporary
+  /// files, leaving any previous PREFIX.bin/.idx as they were (unless a commit() failed
+  /// part way). Never throws.
   ~indexed_dataset_writer() {
     if (state_ == state::finished) return;
     bin_.abandon();
@@ -218,8 +222,9 @@ class indexed_dataset_writer {
   /// Appends one sample. Every token must have an exact value in the dtype: otherwise throws
   /// option_error naming the sample, the position and the value, and nothing of the sample
   /// is written (the writer stays usable). Also option_error when the sample has more than
-  /// INT32_MAX tokens (Megatron's sizes are int32) or after finish(); io_error when the
-  /// write fails (the writer is then unusable). Cost: O(tokens), two passes (check, write).
+  /// INT32_MAX tokens (Megatron's sizes are int32) or after prepare() or finish(); io_error
+  /// when the write fails (the writer is then unusable). Cost: O(tokens), two passes (check,
+  /// write).
   template <plain_integral T>
   void add_sample(std::span<const T> tokens) {
     require_open("add_sample");
@@ -267,7 +272,8 @@ class indexed_dataset_writer {
 
   /// Ends the current document: appends the number of samples so far to the document index,
   /// as Megatron's end_document() does (twice in a row makes an empty document). O(1)
-  /// amortised. Throws option_error after finish(), io_error when the spool write fails.
+  /// amortised. Throws option_error after prepare() or finish(), io_error when the spool
+  /// write fails.
   void end_document() {
     require_open("end_document");
     state_ = state::broken;
@@ -277,15 +283,26 @@ class indexed_dataset_writer {
     last_document_end_ = samples_;
   }
 
-  /// Writes PREFIX.idx and puts both files in place. Samples added after the last
-  /// end_document() form a final document: Megatron's finalize() would write the document
-  /// index without that entry, a file its own IndexedDataset then rejects (it asserts that
-  /// the document index ends at the sequence count); we close the document instead.
-  /// Throws io_error (naming the path) on any write, close or rename failure, option_error
-  /// when called twice. Cost: O(samples + documents) written.
+  /// Writes PREFIX.idx and puts both files in place: prepare() then commit(). Samples added
+  /// after the last end_document() form a final document: Megatron's finalize() would write
+  /// the document index without that entry, a file its own IndexedDataset then rejects (it
+  /// asserts that the document index ends at the sequence count); we close the document
+  /// instead. Throws io_error (naming the path) on any write, close or rename failure,
+  /// option_error when called twice. Cost: O(samples + documents) written.
   void finish() {
     require_open("finish");
-    state_ = state::broken;  // until everything is in place
+    prepare();
+    commit();
+  }
+
+  /// The first half of finish(): closes the .bin and writes PREFIX.idx.tmp, everything that
+  /// can fail but the renames; PREFIX.bin and PREFIX.idx are not touched. Afterwards only
+  /// commit() may be called (and the destructor removes the temporaries if it is not).
+  /// Throws io_error (naming the path) on a write, read or close failure (the writer is then
+  /// unusable), option_error when called twice. Cost: O(samples + documents) written.
+  void prepare() {
+    require_open("prepare");
+    state_ = state::broken;  // until the .idx is written
     if (last_document_end_ != samples_) {
       documents_.write_value(static_cast<std::int64_t>(samples_));
       ++document_entries_;
@@ -318,7 +335,17 @@ class indexed_dataset_writer {
     std::error_code ignored;
     std::filesystem::remove(sizes_path, ignored);
     std::filesystem::remove(path_with(".idx.documents.tmp"), ignored);
+    state_ = state::prepared;
+  }
 
+  /// The second half of finish(): removes the old PREFIX.idx, then renames PREFIX.bin.tmp and
+  /// PREFIX.idx.tmp into place. Throws option_error unless prepare() succeeded and commit()
+  /// was not called yet; io_error (naming the path) when a remove or rename fails: the old
+  /// dataset may then be gone, but a .bin and .idx that disagree are never in place. O(1).
+  void commit() {
+    if (state_ == state::open) throw option_error(name() + ": commit() before prepare()");
+    if (state_ != state::prepared) require_open("commit");  // finished or broken: throws
+    state_ = state::broken;  // until both are in place
     // Old .idx first: between the renames there is a new .bin and no .idx, never a mismatch.
     std::error_code ec;
     std::filesystem::remove(path_with(".idx"), ec);
@@ -336,11 +363,11 @@ class indexed_dataset_writer {
   [[nodiscard]] token_dtype dtype() const noexcept { return dtype_; }
   /// The prefix given to the constructor. O(1), never throws.
   [[nodiscard]] const std::filesystem::path& prefix() const noexcept { return prefix_; }
-  /// Whether finish() completed. O(1), never throws.
+  /// Whether finish() (or commit()) completed. O(1), never throws.
   [[nodiscard]] bool finished() const noexcept { return state_ == state::finished; }
 
  private:
-  enum class state : std::uint8_t { open, broken, finished };
+  enum class state : std::uint8_t { open, prepared, broken, finished };
 
   std::filesystem::path path_with(const char* suffix) const {
     return detail::with_suffix(prefix_, suffix);
@@ -350,6 +377,8 @@ class indexed_dataset_writer {
   void require_open(const char* what) const {
     if (state_ == state::finished)
       throw option_error(name() + ": " + what + " after finish()");
+    if (state_ == state::prepared)
+      throw option_error(name() + ": " + what + " after prepare()");
     if (state_ == state::broken)
       throw option_error(name() + ": " + what + " after an earlier write failed");
   }

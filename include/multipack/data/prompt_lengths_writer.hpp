@@ -20,9 +20,10 @@ namespace multipack {
 /// Streams prompt lengths, one a sample, into the binary form at `path`: the bytes go to
 /// "<path>.tmp" (the count, known at the end, is written into the header by finish()), which
 /// finish() renames onto `path`: a reader sees the old file or the whole new one, and a
-/// writer destroyed unfinished leaves no temporary behind. Memory: a 1 MiB buffer, whatever
-/// the count. Not thread-safe; throws io_error naming the file when it cannot be created,
-/// written, closed or renamed.
+/// writer destroyed unfinished leaves no temporary behind. finish() is prepare() then
+/// commit(), for a caller that completes several files before it renames any (as
+/// indexed_dataset_writer). Memory: a 1 MiB buffer, whatever the count. Not thread-safe;
+/// throws io_error naming the file when it cannot be created, written, closed or renamed.
 class prompt_lengths_writer {
  public:
   template <path_like Path>
@@ -37,7 +38,7 @@ class prompt_lengths_writer {
   prompt_lengths_writer(const prompt_lengths_writer&) = delete;
   prompt_lengths_writer& operator=(const prompt_lengths_writer&) = delete;
   ~prompt_lengths_writer() {
-    if (finished_) return;
+    if (state_ == state::finished) return;
     out_.abandon();
     std::error_code ignored;
     std::filesystem::remove(tmp_, ignored);
@@ -45,41 +46,75 @@ class prompt_lengths_writer {
 
   /// Appends sample size()'s prompt length: any integer type but bool and the character
   /// types (plain_integral; add(true) or add(2.5) does not compile). Throws option_error for a
-  /// length that is negative or above 4294967295, naming it, and writes nothing then.
-  /// O(1) amortised.
+  /// length that is negative or above 4294967295, naming it (and writes nothing then), or
+  /// after prepare() or finish(). O(1) amortised.
   template <plain_integral Length>
   void add(Length prompt_length) {
+    require_open("add");
     if (!std::in_range<std::uint32_t>(prompt_length))
       throw option_error(path_.string() + ": prompt length " + std::to_string(prompt_length) + " of sample " +
                          std::to_string(count_) + " is not one of 0 to 4294967295");
     out_.write_value(static_cast<std::uint32_t>(prompt_length));  // little-endian host: as it is in memory
     ++count_;
   }
-  /// Appends many. O(n).
+  /// Appends many. O(n). Throws as add() above.
   void add(std::span<const std::uint32_t> prompt_lengths) {
+    require_open("add");
     if (!prompt_lengths.empty()) out_.write(prompt_lengths.data(), prompt_lengths.size_bytes());
     count_ += prompt_lengths.size();
   }
 
-  /// Writes the count, closes and renames onto the path. Once only.
+  /// Writes the count, closes and renames onto the path: prepare() then commit(), throwing as
+  /// they do (option_error when called twice). O(1) but the buffer's flush.
   void finish() {
-    if (finished_) throw option_error(path_.string() + ": prompt_lengths_writer::finish() called twice");
+    require_open("finish");
+    prepare();
+    commit();
+  }
+
+  /// The first half of finish(): writes the count and closes "<path>.tmp", everything that
+  /// can fail but the rename; `path` is not touched. Throws io_error naming the file (the
+  /// writer is then unusable), option_error when called twice. O(1) but the buffer's flush.
+  void prepare() {
+    require_open("prepare");
+    state_ = state::broken;  // until closed
     out_.write_at(16, &count_, sizeof count_);
     out_.close();
+    state_ = state::prepared;
+  }
+
+  /// The second half of finish(): renames "<path>.tmp" onto the path. Throws option_error
+  /// unless prepare() succeeded and commit() was not called yet, io_error when the rename
+  /// fails (the old file is then as it was). O(1).
+  void commit() {
+    if (state_ == state::open)
+      throw option_error(path_.string() + ": prompt_lengths_writer::commit() before prepare()");
+    if (state_ != state::prepared) require_open("commit");  // finished or broken: throws
     std::error_code ec;
     std::filesystem::rename(tmp_, path_, ec);
     if (ec) throw io_error(tmp_.string() + ": cannot rename to " + path_.string() + ": " + ec.message());
-    finished_ = true;
+    state_ = state::finished;
   }
 
+  /// Prompt lengths added so far. O(1), never throws.
   [[nodiscard]] std::uint64_t size() const noexcept { return count_; }
 
  private:
+  enum class state : std::uint8_t { open, prepared, broken, finished };
+
+  void require_open(const char* what) const {
+    if (state_ == state::open) return;
+    throw option_error(path_.string() + ": prompt_lengths_writer::" + what + "() " +
+                       (state_ == state::broken ? "after an earlier write failed"
+                        : state_ == state::prepared ? "after prepare()"
+                                                    : "after finish()"));
+  }
+
   std::filesystem::path path_;
   std::filesystem::path tmp_;
   detail::buffered_file_writer out_;
   std::uint64_t count_ = 0;
-  bool finished_ = false;
+  state state_ = state::open;
 };
 
 /// Writes `prompt_lengths` in the binary form to `path` at once (see prompt_lengths_writer).
