@@ -22,8 +22,10 @@
 
 #include "multipack/batch/collate.hpp"
 #include "multipack/data/indexed_dataset.hpp"
+#include "multipack/data/indexed_dataset_writer.hpp"
 #include "multipack/data/length_list.hpp"
 #include "multipack/data/loss_mask.hpp"
+#include "multipack/data/prompt_lengths_writer.hpp"
 #include "multipack/pipeline/batch_loader.hpp"
 #include "multipack/schedule/plan.hpp"
 #include "support/batch_checks.hpp"
@@ -281,6 +283,46 @@ TEST_CASE("a consumer destroying the loader at random points, 1,000 times: no de
     }
   }  // each loader destroyed wherever its round stopped
   CHECK(thread_count() == before);
+}
+
+TEST_CASE("a loss-mask file changed while loading fails the next batches clearly, as the dataset's") {
+  // The mask is read in place like the dataset: a mask file cut while training raised SIGBUS
+  // at the next batch that read past its new end. Here it is written again with the same
+  // bytes and a later time (no read can fault), and the loader must notice.
+  const auto dataset = std::make_shared<const indexed_dataset>(test::alpaca_prefix());
+  const auto plan = alpaca_plan(1, 4, 2048);
+  const std::filesystem::path dir = test::fresh_temp_dir("mask_changed");
+  const auto prompts = read_length_list(test::source_dir() / "data/alpaca/prompt_lengths.txt");
+  batch_options options;
+  std::filesystem::path rewritten;
+  SUBCASE("binary prompt lengths") {
+    rewritten = dir / "alpaca.prompt_lengths";
+    write_prompt_lengths(rewritten, prompts);
+    options.mask = loss_mask::open_prompt_lengths(rewritten);
+  }
+  SUBCASE("a token mask (its .bin)") {
+    indexed_dataset_writer writer(dir / "mask", token_dtype::uint8);
+    for (std::size_t i = 0; i < dataset->size(); ++i) {
+      std::vector<std::uint8_t> mask(dataset->length(i), 1);
+      std::fill_n(mask.begin(), std::min<std::size_t>(prompts[i], mask.size()), 0);
+      writer.add_sample(std::span<const std::uint8_t>(mask));
+    }
+    writer.finish();
+    rewritten = dir / "mask.bin";
+    options.mask = loss_mask::open_token_mask(dir / "mask");
+  }
+  batch_loader<indexed_dataset> loader(dataset, plan, 0, options, {1, 2});
+  REQUIRE(loader.next());
+  const auto opened_at = std::filesystem::last_write_time(rewritten);
+  test::write_bytes(rewritten, test::read_bytes(rewritten));
+  std::filesystem::last_write_time(rewritten, opened_at + std::chrono::seconds(2));
+  std::uint64_t delivered = 1;
+  const std::string message = test::message_of<io_error>([&] {
+    while (loader.next()) ++delivered;
+  });
+  CHECK(test::contains(message, rewritten.string()));
+  CHECK(test::contains(message, "changed since it was opened"));
+  CHECK(delivered <= 1 + 2 + 1);  // at most the batches built before the write, and one in the making
 }
 
 TEST_CASE("a dataset file changed while loading fails the next batches clearly; deleting it is harmless") {

@@ -189,6 +189,7 @@ class loss_mask {
       m.name_ = name;
       m.size_ = detail::validate_prompt_lengths(*file);
       m.prompts_ = file->data() + detail::prompt_lengths_header_size;
+      m.mapped_ = file;
       m.keep_ = std::move(file);
       return m;
     }
@@ -233,6 +234,16 @@ class loss_mask {
 
   /// No mask: every token carries loss. O(1), never throws, thread-safe.
   [[nodiscard]] bool empty() const noexcept { return kind_ == kind::none; }
+
+  /// Throws io_error naming the file when a file the mask reads in place (a binary
+  /// prompt-length file, a token mask's .idx and .bin) changed since it was opened, as
+  /// mapped_file::check_unchanged says: a mask rewritten while training would raise SIGBUS
+  /// past its new end, or give other samples' masks. Nothing to check for a mask in memory
+  /// (the text form, from_prompt_lengths, no mask). One or two fstat calls, thread-safe.
+  void check_unchanged() const {
+    if (mapped_ != nullptr) mapped_->check_unchanged();
+    if (tokens_ != nullptr) tokens_->check_unchanged();
+  }
   /// Samples described (0 when empty; also 0 for a mask of no samples, which is not empty).
   /// O(1), never throws, thread-safe.
   [[nodiscard]] std::size_t size() const noexcept { return size_; }
@@ -358,6 +369,7 @@ class loss_mask {
   // Prompt form: size_ little-endian u32 at prompts_, owned by keep_ (a vector or a mapping).
   const std::byte* prompts_ = nullptr;
   std::shared_ptr<const void> keep_;
+  std::shared_ptr<const detail::mapped_file> mapped_;  // keep_'s file in the binary prompt form
   // Token form.
   std::shared_ptr<const indexed_dataset> tokens_;
 };

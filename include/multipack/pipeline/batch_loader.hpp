@@ -158,12 +158,13 @@ void take_rows_of_plan(const epoch_plan& plan, std::uint64_t step, std::uint32_t
   b.epoch = plan.schedule.options().epoch;
 }
 
-/// Collates the rows the batch points at. A file-backed dataset first says whether its files
-/// changed under it (a shard rewritten while training): the batch fails with that error
-/// instead of reading a shrunk mapping.
+/// Collates the rows the batch points at. A file-backed dataset, and a loss mask read from
+/// files, first say whether their files changed under them (a shard or a mask rewritten while
+/// training): the batch fails with that error instead of reading a shrunk mapping.
 template <token_dataset D, batch_token T>
 void collate_rows(const D& dataset, const batch_options& options, loaded_batch<T>& b) {
   if constexpr (change_checked_dataset<D>) dataset.check_unchanged();
+  options.mask.check_unchanged();
   collate(dataset, std::span<const std::span<const piece>>(b.rows), options.mask, options.collate, b.view);
 }
 
