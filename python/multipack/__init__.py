@@ -10,7 +10,7 @@
 Every plan is a pure function of the lengths and the options (seed, epoch): every rank computes
 the same one, with no communication, and takes exactly the same number of steps. The errors of
 the C++ library arrive with its messages, as ``OptionError``/``SampleError``/``FormatError``
-(ValueErrors) and ``FileError`` (an OSError).
+(ValueErrors) and ``FileError`` (an OSError), each also an ``Error``.
 """
 
 from __future__ import annotations

@@ -528,14 +528,16 @@ PYBIND11_MODULE(_multipack, m) {
   m.attr("__version__") = std::to_string(MULTIPACK_VERSION_MAJOR) + "." + std::to_string(MULTIPACK_VERSION_MINOR) + "." +
                           std::to_string(MULTIPACK_VERSION_PATCH);
 
-  // The library's exceptions, with their messages: the option and sample errors are
-  // ValueErrors, a corrupt file a ValueError too (its content is wrong), a file the system
+  // The library's exceptions, with their messages: each is an Error (as each C++ one is a
+  // multipack::error), and also what Python code expects of it: the option and sample errors
+  // are ValueErrors, a corrupt file a ValueError too (its content is wrong), a file the system
   // refused an OSError. Derived ones after the base, which pybind11 tries last.
   static py::exception<error> base(m, "Error", PyExc_RuntimeError);
-  static py::exception<io_error> io(m, "FileError", PyExc_OSError);
-  static py::exception<format_error> format(m, "FormatError", PyExc_ValueError);
-  static py::exception<option_error> option(m, "OptionError", PyExc_ValueError);
-  static py::exception<sample_error> sample(m, "SampleError", PyExc_ValueError);
+  const auto error_and = [&](PyObject* python_base) { return py::make_tuple(base, py::handle(python_base)); };
+  static py::exception<io_error> io(m, "FileError", error_and(PyExc_OSError).ptr());
+  static py::exception<format_error> format(m, "FormatError", error_and(PyExc_ValueError).ptr());
+  static py::exception<option_error> option(m, "OptionError", error_and(PyExc_ValueError).ptr());
+  static py::exception<sample_error> sample(m, "SampleError", error_and(PyExc_ValueError).ptr());
   py::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);

@@ -250,10 +250,16 @@ def test_errors_carry_the_library_message(prefix, tmp_path):
     with pytest.raises(multipack.FormatError, match="broken.idx") as caught:
         multipack.Loader(str(broken), world_size=1, rank=0)
     assert isinstance(caught.value, ValueError)
+    assert isinstance(caught.value, multipack.Error)  # each library error is one, as in C++
     # A file the system does not open: an OSError naming it.
     with pytest.raises(OSError, match="absent.txt") as caught:
         multipack.Loader(prefix, world_size=1, rank=0, prompt_lengths=str(tmp_path / "absent.txt"))
     assert isinstance(caught.value, multipack.FileError)
+    assert isinstance(caught.value, multipack.Error)
+    with pytest.raises(multipack.Error, match="unknown packing algorithm"):  # an OptionError, as the library's
+        multipack.Loader(prefix, world_size=1, rank=0, algorithm="nope")
+    for kind in (multipack.FileError, multipack.FormatError, multipack.OptionError, multipack.SampleError):
+        assert issubclass(kind, multipack.Error)
 
 
 def test_a_worker_error_arrives_as_a_python_exception(prefix, tmp_path):
