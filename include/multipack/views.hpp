@@ -162,7 +162,10 @@ class batch_iterator {
     return *this;
   }
   void operator++(int) { ++*this; }
-  friend bool operator==(const batch_iterator& it, std::default_sentinel_t) noexcept { return !it.state_->has_batch(); }
+  /// At the end also for a default-constructed view's iterator (no state).
+  friend bool operator==(const batch_iterator& it, std::default_sentinel_t) noexcept {
+    return it.state_ == nullptr || !it.state_->has_batch();
+  }
 
  private:
   State* state_ = nullptr;
@@ -340,6 +343,8 @@ class prefetch_view : public std::ranges::view_interface<prefetch_view<Steps, T>
  public:
   using iterator = detail::batch_iterator<state, batch_view<T>>;
 
+  /// An empty view: no steps, no batches (size() 0, begin() == end()); base(), prefetch() and
+  /// batch() need a view made from steps.
   prefetch_view() = default;
   /// Keeps the steps (a view: shared, not copied) and the options; starts nothing. Throws
   /// option_error for bad prefetch options.
@@ -352,6 +357,7 @@ class prefetch_view : public std::ranges::view_interface<prefetch_view<Steps, T>
   /// constructor (for steps) and next() throw. An input range: begin() may be called once;
   /// for another pass, make another view from the steps.
   [[nodiscard]] iterator begin() {
+    if (!state_) return iterator();  // default-constructed: no steps
     if (state_->started)
       throw option_error("views::prefetch: begin() called twice on an input view (make a new view from the steps "
                          "for another pass)");
@@ -366,7 +372,9 @@ class prefetch_view : public std::ranges::view_interface<prefetch_view<Steps, T>
   [[nodiscard]] std::default_sentinel_t end() const noexcept { return {}; }
 
   /// Batches the view yields: one a step. O(1).
-  [[nodiscard]] std::size_t size() const noexcept { return static_cast<std::size_t>(std::ranges::size(state_->steps)); }
+  [[nodiscard]] std::size_t size() const noexcept {
+    return state_ ? static_cast<std::size_t>(std::ranges::size(state_->steps)) : 0;
+  }
 
   /// What the view was made with (views::to_device builds its loader from these). O(1).
   [[nodiscard]] const Steps& base() const noexcept { return state_->steps; }
@@ -375,7 +383,7 @@ class prefetch_view : public std::ranges::view_interface<prefetch_view<Steps, T>
 
   /// The prefetcher's statistics so far (zeros before begin()).
   [[nodiscard]] prefetch_statistics statistics() const {
-    return state_->loader ? state_->loader->statistics() : prefetch_statistics{};
+    return state_ && state_->loader ? state_->loader->statistics() : prefetch_statistics{};
   }
 
  private:

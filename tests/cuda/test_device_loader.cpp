@@ -535,3 +535,25 @@ TEST_SUITE("no_device") {
     CHECK(position == run.batches);
   }
 }
+
+TEST_SUITE("no_device") {
+  TEST_CASE("views::to_device: a default-constructed view, and one of no steps, yield no batches") {
+    // Default construction is part of a view's profile (a member of a trainer's class, assigned
+    // later); such a view dereferenced no state at begin().
+    const auto dataset = alpaca();
+    auto steps = *dataset | views::pack({2048}) | views::shard({1, 4}, 0);
+    const auto consumer = cuda::stream_ref::default_stream();
+    using device_type = decltype(steps | views::prefetch() | views::to_device(consumer));
+    using staged_type = decltype(steps | views::prefetch() | std::views::take(3) | views::to_device(consumer));
+    static_assert(std::default_initializable<device_type> && std::default_initializable<staged_type>);
+    device_type device;
+    CHECK(device.begin() == device.end());
+    CHECK(device.statistics().copies == 0);
+    staged_type staged;
+    CHECK(staged.begin() == staged.end());
+    CHECK(staged.statistics().copies == 0);
+    // No steps: nothing to copy, so no device is needed either.
+    auto none = steps | std::views::drop(steps.size()) | views::prefetch() | views::to_device(consumer);
+    CHECK(none.begin() == none.end());
+  }
+}

@@ -121,6 +121,18 @@ TEST_CASE("torch::views::to_tensors: an input view of batch_tensors, both call f
     for (const auto& b : multipack::torch::views::to_tensors(taken)) CHECK(arrays_of(b) == expected[i++]);
     CHECK(i == 3);
   }
+  SUBCASE("a default-constructed view: no batches") {
+    decltype(steps | multipack::views::prefetch() | multipack::torch::views::to_tensors()) unset;
+    CHECK(unset.size() == 0);
+    CHECK(unset.begin() == unset.end());
+    CHECK(unset.statistics().batches == 0);
+    decltype(steps | multipack::views::prefetch() | std::views::take(2) | multipack::torch::views::to_tensors()) unset_copies;
+    CHECK(unset_copies.begin() == unset_copies.end());
+    // A view made from a default-constructed prefetch view.
+    auto of_unset = multipack::torch::views::to_tensors(decltype(steps | multipack::views::prefetch()){});
+    CHECK(of_unset.size() == 0);
+    CHECK(of_unset.begin() == of_unset.end());
+  }
   SUBCASE("no steps, no batches") {
     std::size_t n = 0;
     for (const auto& b : steps | std::views::drop(steps.size()) | multipack::views::prefetch() |

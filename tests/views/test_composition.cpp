@@ -442,6 +442,17 @@ TEST_CASE("misuse: a clear error, nothing started") {
   auto once = rows | views::shard({1, 2}, 0) | views::prefetch();
   (void)once.begin();
   CHECK(test::contains(test::message_of<option_error>([&] { (void)once.begin(); }), "begin() called twice"));
+
+  // A default-constructed view (a trainer's member, assigned later) is empty: it dereferenced
+  // no state at size() and begin().
+  decltype(once) unset;
+  CHECK(unset.size() == 0);
+  CHECK(unset.begin() == unset.end());
+  CHECK(std::ranges::distance(unset) == 0);
+  CHECK(unset.statistics().batches == 0);
+  decltype(rows | views::shard({1, 2}, 0)) unset_steps;
+  CHECK(unset_steps.size() == 0);
+  CHECK(unset_steps.begin() == unset_steps.end());
 }
 
 TEST_CASE("the capabilities of a dataset reach the loader through the views: cache hints, the changed-file check") {

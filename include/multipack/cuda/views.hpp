@@ -59,6 +59,7 @@ class device_view : public std::ranges::view_interface<device_view<Steps, T>> {
  public:
   using iterator = multipack::detail::batch_iterator<state, cuda::device_batch_view<T>>;
 
+  /// An empty view: no batches (begin() == end()).
   device_view() = default;
   device_view(prefetch_view<Steps, T> source, cuda::stream_ref consumer, const cuda::device_options& device) {
     cuda::validate(device);
@@ -71,8 +72,10 @@ class device_view : public std::ranges::view_interface<device_view<Steps, T>> {
   /// Starts the workers and the copies (once) and takes the first batch. Throws what
   /// device_loader's constructor and next() throw. An input range: begin() may be called once.
   [[nodiscard]] iterator begin() {
+    if (!state_) return iterator();  // default-constructed: no batches
     if (state_->loader) throw option_error("views::to_device: begin() called twice on an input view");
     const auto& source = state_->source;
+    if (source.size() == 0) return iterator(state_.get());  // no steps (or a default source), no batches, no threads
     state_->loader.emplace(multipack::detail::samples_finder<Steps>::get(source.base()),
                            std::ranges::ref_view<const Steps>(source.base()), source.batch(), source.prefetch(),
                            state_->device);
@@ -83,7 +86,7 @@ class device_view : public std::ranges::view_interface<device_view<Steps, T>> {
 
   /// The loader's statistics so far (zeros before begin()).
   [[nodiscard]] cuda::device_statistics statistics() const {
-    return state_->loader ? state_->loader->statistics() : cuda::device_statistics{};
+    return state_ && state_->loader ? state_->loader->statistics() : cuda::device_statistics{};
   }
 
  private:
@@ -121,6 +124,7 @@ class staged_device_view : public std::ranges::view_interface<staged_device_view
  public:
   using iterator = multipack::detail::batch_iterator<state, cuda::device_batch_view<T>>;
 
+  /// An empty view: no batches (begin() == end()).
   staged_device_view() = default;
   staged_device_view(Source source, cuda::stream_ref consumer, const cuda::device_options& device) : device_(device) {
     cuda::validate(device);
@@ -129,6 +133,7 @@ class staged_device_view : public std::ranges::view_interface<staged_device_view
   /// Makes the stager and stages the source's first batch (once). Throws what the source's
   /// begin() and batch_stager throw. An input range: begin() may be called once.
   [[nodiscard]] iterator begin() {
+    if (!state_) return iterator();  // default-constructed: no batches
     if (state_->stager) throw option_error("views::to_device: begin() called twice on an input view");
     state_->stager.emplace(device_);
     state_->position.emplace(std::ranges::begin(state_->source));
@@ -139,7 +144,7 @@ class staged_device_view : public std::ranges::view_interface<staged_device_view
 
   /// The copies so far (zeros before begin()).
   [[nodiscard]] cuda::device_statistics statistics() const {
-    return state_->stager ? state_->stager->statistics() : cuda::device_statistics{};
+    return state_ && state_->stager ? state_->stager->statistics() : cuda::device_statistics{};
   }
 
  private:

@@ -55,6 +55,7 @@ class tensor_view : public std::ranges::view_interface<tensor_view<Steps, T>> {
  public:
   using iterator = multipack::detail::batch_iterator<state, batch_tensors>;
 
+  /// An empty view: no batches (size() 0, begin() == end()).
   tensor_view() = default;
   explicit tensor_view(multipack::views::prefetch_view<Steps, T> source) : state_(std::make_shared<state>()) {
     state_->source = std::move(source);
@@ -64,12 +65,13 @@ class tensor_view : public std::ranges::view_interface<tensor_view<Steps, T>> {
   /// called twice (an input view: make a new one from the steps for another pass), what
   /// batch_loader's constructor (for steps) and next() throw.
   [[nodiscard]] iterator begin() {
+    if (!state_) return iterator();  // default-constructed: no batches
     if (state_->started)
       throw option_error("torch::views::to_tensors: begin() called twice on an input view (make a new view from the "
                          "steps for another pass)");
     state_->started = true;
     const auto& source = state_->source;
-    if (std::ranges::empty(source.base())) return iterator(state_.get());  // no steps, no batches, no threads
+    if (source.size() == 0) return iterator(state_.get());  // no steps (or a default source), no batches, no threads
     state_->loader.emplace(multipack::detail::samples_finder<Steps>::get(source.base()),
                            std::ranges::ref_view<const Steps>(source.base()), source.batch(), source.prefetch());
     state_->advance();
@@ -77,11 +79,11 @@ class tensor_view : public std::ranges::view_interface<tensor_view<Steps, T>> {
   }
   [[nodiscard]] std::default_sentinel_t end() const noexcept { return {}; }
   /// Batches the view yields: one a step. O(1).
-  [[nodiscard]] std::size_t size() const noexcept { return std::ranges::size(state_->source.base()); }
+  [[nodiscard]] std::size_t size() const noexcept { return state_ ? state_->source.size() : 0; }
 
   /// The loader's statistics so far (zeros before begin()).
   [[nodiscard]] prefetch_statistics statistics() const {
-    return state_->loader ? state_->loader->statistics() : prefetch_statistics{};
+    return state_ && state_->loader ? state_->loader->statistics() : prefetch_statistics{};
   }
 
  private:
@@ -111,12 +113,14 @@ class copied_tensor_view : public std::ranges::view_interface<copied_tensor_view
  public:
   using iterator = multipack::detail::batch_iterator<state, batch_tensors>;
 
+  /// An empty view: no batches (begin() == end()).
   copied_tensor_view() = default;
   explicit copied_tensor_view(Source source) : state_(std::make_shared<state>(state{std::move(source), {}, {}})) {}
 
   /// Takes the source's first batch (once: an input view). Throws option_error when called
   /// twice, what the source and copy_tensors throw.
   [[nodiscard]] iterator begin() {
+    if (!state_) return iterator();  // default-constructed: no batches
     if (state_->position) throw option_error("torch::views::to_tensors: begin() called twice on an input view");
     state_->position.emplace(std::ranges::begin(state_->source));
     state_->take();
