@@ -415,6 +415,9 @@ class Loader(_Epochs):
             raise ImportError("as_torch=True needs torch, which cannot be imported here")
         self._batches_type = _multipack.EpochLoader64 if dtype == np.dtype(np.int64) else _multipack.EpochLoader32
         self._prompt_lengths = self._prompt_lengths_of(prompt_lengths)
+        # What an error about the lengths calls them: the file, where one was given.
+        self._prompt_lengths_name = (os.fspath(prompt_lengths) if isinstance(prompt_lengths, (str, os.PathLike))
+                                     else "prompt_lengths")
         self._loss_mask = None if loss_mask is None else os.fspath(loss_mask)
         arguments = _multipack.LoaderArguments()
         arguments.pad_to_multiple = _count("pad_to_multiple", pad_to_multiple)
@@ -472,7 +475,8 @@ class Loader(_Epochs):
         self._arguments.rank = self.rank
         self._arguments.start_step = start_step
         self._batches = self._batches_type(self.dataset, self.plan(), self.epoch, self._plan_arguments, self._recycler,
-                                           self._prompt_lengths, self._loss_mask, self._arguments)
+                                           self._prompt_lengths, self._prompt_lengths_name, self._loss_mask,
+                                           self._arguments)
         self._batches_key = (self.epoch, self._consumed_rows, start_step)
         return self._batches
 

@@ -497,8 +497,8 @@ void bind_loader(py::module_& m, const char* name) {
   py::class_<L>(m, name)
       .def(py::init([](const dataset_handle& data, const plan_handle& first, std::uint64_t epoch,
                        const plan_arguments& plans, const plan_recycler_handle& recycler,
-                       const py::object& prompt_lengths, const std::optional<std::filesystem::path>& token_mask,
-                       const loader_arguments& a) {
+                       const py::object& prompt_lengths, const std::string& prompt_lengths_name,
+                       const std::optional<std::filesystem::path>& token_mask, const loader_arguments& a) {
              loss_mask mask;
              if (token_mask) {
                mask = loss_mask::open_token_mask(*token_mask);
@@ -506,12 +506,12 @@ void bind_loader(py::module_& m, const char* name) {
                auto values = py::array_t<std::uint32_t, py::array::c_style | py::array::forcecast>::ensure(prompt_lengths);
                if (!values) throw py::error_already_set();
                mask = loss_mask::from_prompt_lengths(
-                   std::vector<std::uint32_t>(values.data(), values.data() + values.size()), "prompt_lengths");
+                   std::vector<std::uint32_t>(values.data(), values.data() + values.size()), prompt_lengths_name);
              }
              return std::make_unique<L>(data, first, epoch, plans, recycler, std::move(mask), a);
            }),
            py::arg("dataset"), py::arg("first_plan"), py::arg("epoch"), py::arg("plan_arguments"), py::arg("recycler"),
-           py::arg("prompt_lengths"), py::arg("token_mask"), py::arg("arguments"))
+           py::arg("prompt_lengths"), py::arg("prompt_lengths_name"), py::arg("token_mask"), py::arg("arguments"))
       .def("next", &L::next)
       .def("planned", &L::planned, py::arg("epoch"))
       .def("close", &L::close)

@@ -242,6 +242,11 @@ def test_errors_carry_the_library_message(prefix, tmp_path):
         multipack.Loader(prefix, world_size=1, rank=0, train_on_inputs="false")
     with pytest.raises(multipack.FormatError, match="prompt"):
         multipack.Loader(prefix, world_size=1, rank=0, prompt_lengths=[1, 2, 3])
+    # A file of another dataset's prompt lengths: the error names the file given.
+    short = tmp_path / "short_prompts.txt"
+    short.write_text("1\n2\n3\n")
+    with pytest.raises(multipack.FormatError, match="short_prompts.txt"):
+        multipack.Loader(prefix, world_size=1, rank=0, prompt_lengths=short)
     # A truncated index: the message names the file and what is wrong, as the C++ one does.
     broken = tmp_path / "broken"
     shutil.copy(prefix + ".bin", str(broken) + ".bin")
