@@ -55,12 +55,14 @@ class epoch_schedule {
   ///
   /// A resume (consumed_rows > 0) with no row left, or under remainder drop fewer than a
   /// step's rows left, has no step: the epoch is done (consumed_rows_after(steps()) of the
-  /// run that saved it is this).
+  /// run that saved it is this). A resume with fewer rows left than ranks (at the last step,
+  /// or on more ranks) has one step in which the ranks past the rows take only padding, as in
+  /// the last step of a whole epoch (report().padding_only_ranks counts them).
   ///
   /// Throws option_error when the options are invalid (see validate), when there are no rows
-  /// or more ranks than rows left to schedule (a rank would train on nothing), when
-  /// consumed_rows exceeds the rows, or when remainder drop leaves no complete step of a
-  /// whole epoch.
+  /// or a whole epoch (consumed_rows 0) has fewer rows than ranks (a rank would train on
+  /// nothing in the epoch), when consumed_rows exceeds the rows, or when remainder drop leaves
+  /// no complete step of a whole epoch.
   /// Cost: O(pieces + rows log(world x micro_batch)) time; 4 bytes a row kept (plus 4 a slot
   /// of the schedule), 8 more a row while building. Thread-safe: shares nothing.
   epoch_schedule(const packed_rows& rows, const schedule_options& options) : options_(options) {
@@ -138,7 +140,7 @@ class epoch_schedule {
     const std::uint64_t left = total - options.consumed_rows;
     const bool pad = options.remainder == remainder_policy::pad;
     const bool done = options.consumed_rows > 0 && (left == 0 || (!pad && left < step_rows));
-    if (left < world && !done)
+    if (left < world && options.consumed_rows == 0)
       throw option_error("epoch_schedule: " + std::to_string(left) + (left == 1 ? " row" : " rows") + " to schedule for " +
                          std::to_string(world) + " ranks: every rank needs at least one row " +
                          "(use fewer ranks, or a smaller capacity for more rows)");
