@@ -154,6 +154,17 @@ class input_dataset {
     else
       whole_.check_unchanged();
   }
+  // The shards' file parts (part_checked_dataset): the loader checks only those a batch reads.
+  [[nodiscard]] std::size_t file_parts() const noexcept { return blend_ ? blend_->file_parts() : whole_.file_parts(); }
+  [[nodiscard]] std::size_t file_part_of(std::size_t i) const {
+    return blend_ ? blend_->file_part_of(i) : whole_.file_part_of(i);
+  }
+  void check_part_unchanged(std::size_t k) const {
+    if (blend_)
+      blend_->check_part_unchanged(k);
+    else
+      whole_.check_part_unchanged(k);
+  }
 
   /// The corpora, in the order of --data. O(1).
   [[nodiscard]] const std::vector<corpus_summary>& corpora() const noexcept { return corpora_; }
@@ -201,7 +212,8 @@ struct opened_input {
 /// A dataset seen `copies` times over, sample i being sample i % size() of the original: for
 /// benchmarks that need longer epochs than the embedded data gives. Satisfies token_dataset and
 /// is a random-access range of its samples; forwards the inner dataset's optional capabilities
-/// (cache hints, the changed-file check), so that wrapping changes nothing but the length.
+/// (cache hints, the changed-file check, by parts too), so that wrapping changes nothing but
+/// the length.
 template <class D>
 class repeated_dataset {
  public:
@@ -227,6 +239,21 @@ class repeated_dataset {
     requires change_checked_dataset<D>
   {
     inner_->check_unchanged();
+  }
+  [[nodiscard]] std::size_t file_parts() const
+    requires part_checked_dataset<D>
+  {
+    return inner_->file_parts();
+  }
+  [[nodiscard]] std::size_t file_part_of(std::size_t i) const
+    requires part_checked_dataset<D>
+  {
+    return inner_->file_part_of(i % samples_);
+  }
+  void check_part_unchanged(std::size_t k) const
+    requires part_checked_dataset<D>
+  {
+    inner_->check_part_unchanged(k);
   }
   [[nodiscard]] const D& original() const noexcept { return *inner_; }
   /// Sample i is sample i % size of the original: loss masks of the original apply by that

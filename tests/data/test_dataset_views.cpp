@@ -1,13 +1,17 @@
 // Dataset views that real corpora need: data/alpaca split into 7 shards is, concatenated, the
 // same dataset (it packs and loads exactly as the single file); a blend takes w x N
 // samples of each corpus in whole passes and a (seed, epoch) subset; a subset keeps each
-// sample's identity, so loss masks apply; and misuse gets a clear error.
+// sample's identity, so loss masks apply; a shard rewritten while loading fails the batches
+// that read it, not the others; and misuse gets a clear error.
 
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
+#include <filesystem>
 #include <map>
+#include <memory>
 #include <ranges>
 #include <set>
 #include <span>
@@ -19,10 +23,12 @@
 #include "multipack/data/indexed_dataset_writer.hpp"
 #include "multipack/data/loss_mask.hpp"
 #include "multipack/data/subset_dataset.hpp"
+#include "multipack/pipeline/batch_loader.hpp"
 #include "multipack/views.hpp"
 #include "support/alpaca.hpp"
 #include "support/batch_checks.hpp"
 #include "support/expect.hpp"
+#include "support/files.hpp"
 #include "support/paths.hpp"
 
 using namespace multipack;
@@ -38,6 +44,14 @@ static_assert(token_dataset<blended_dataset<indexed_dataset>> && sample_range<co
               change_checked_dataset<blended_dataset<indexed_dataset>>);
 static_assert(token_dataset<subset_dataset<indexed_dataset>> && has_source_dataset<subset_dataset<indexed_dataset>> &&
               prefetching_dataset<subset_dataset<indexed_dataset>>);
+// Datasets of shards say which shard holds each sample, so that the loader checks only those a
+// batch reads; wrappers of them forward it; a single file's dataset is checked whole.
+static_assert(part_checked_dataset<concatenated_dataset<indexed_dataset>> &&
+              part_checked_dataset<blended_dataset<indexed_dataset>> &&
+              part_checked_dataset<blended_dataset<concatenated_dataset<indexed_dataset>>> &&
+              part_checked_dataset<subset_dataset<concatenated_dataset<indexed_dataset>>>);
+static_assert(!part_checked_dataset<indexed_dataset> && !part_checked_dataset<subset_dataset<indexed_dataset>> &&
+              change_checked_dataset<subset_dataset<indexed_dataset>>);
 
 namespace {
 
@@ -111,6 +125,131 @@ TEST_CASE("data/alpaca in 7 shards, concatenated, packs and loads exactly as the
     const auto seven = all_contents(shards | views::pack(packing) | views::shard(schedule, rank) |
                                     views::prefetch({2, 4}, options));
     CHECK(seven == one);
+  }
+}
+
+TEST_CASE("a dataset's file parts: one a shard, numbered across the corpora of a blend") {
+  const auto dir = test::fresh_temp_dir("file_parts");
+  const auto written = write_shards(dir, {1, 999, 0, 1500, 700, 1300, 500});
+  const auto shards = open_indexed_datasets(written);
+  CHECK(shards.file_parts() == 7);
+  for (std::size_t i = 0; i < shards.size(); ++i) REQUIRE(shards.file_part_of(i) == shards.shard_of(i));
+  CHECK(shards.file_part_of(999) == 1);
+  CHECK(shards.file_part_of(1000) == 3);  // shard 2 is empty
+  for (std::size_t k = 0; k < 7; ++k) CHECK_NOTHROW(shards.check_part_unchanged(k));
+
+  // Two corpora of shards: corpus 1's shards are parts 3 ... 6.
+  std::vector<concatenated_dataset<indexed_dataset>> corpora;
+  corpora.push_back(open_indexed_datasets(std::span(written).first(3)));
+  corpora.push_back(open_indexed_datasets(std::span(written).subspan(3)));
+  const blended_dataset blend(std::move(corpora), {1.0, 3.0}, {.samples = 3000, .seed = 5});
+  CHECK(blend.file_parts() == 7);
+  for (std::size_t i = 0; i < blend.size(); ++i) {
+    const auto [corpus, local] = blend.where(i);
+    REQUIRE(blend.file_part_of(i) == (corpus == 0 ? 0 : 3) + blend.corpora()[corpus].shard_of(local));
+  }
+  // A blend of single files: a corpus each.
+  std::vector<indexed_dataset> files;
+  for (const auto& p : {written[1], written[3]}) files.emplace_back(p);
+  const blended_dataset<indexed_dataset> of_files(std::move(files), {1.0, 1.0});
+  CHECK(of_files.file_parts() == 2);
+  CHECK(of_files.file_part_of(0) == 0);
+  CHECK(of_files.file_part_of(of_files.size() - 1) == 1);
+  // A subset: the part of the sample it names.
+  const std::vector<std::size_t> picked{4999, 0, 1000};
+  const subset_dataset subset(open_indexed_datasets(written), picked);
+  CHECK(subset.file_parts() == 7);
+  CHECK(subset.file_part_of(0) == 6);
+  CHECK(subset.file_part_of(1) == 0);
+  CHECK(subset.file_part_of(2) == 3);
+}
+
+namespace {
+
+/// Writes data/alpaca as 20 shards of 250 samples, opens them with `open(shards)` (a
+/// std::shared_ptr<const D>), rewrites shard 7's .bin (`shrink`: cut to 1000 bytes; else the
+/// same bytes, a later time), then loads 4 batches of one whole sample each, from shards 0, 1,
+/// 7 and 2: the first two come, with their tokens, and the third fails naming the file,
+/// whatever the threads. `sample_in(dataset, k)` is a sample of the dataset that shard k holds.
+template <class Open, class SampleIn>
+void rewrite_shard_7_while_loading(const std::string& name, const Open& open, const SampleIn& sample_in) {
+  for (const bool shrink : {false, true}) {
+    CAPTURE(shrink);
+    const auto written = write_shards(test::fresh_temp_dir(name), std::vector<std::size_t>(20, 250));
+    const auto dataset = open(written);
+    using D = typename decltype(dataset)::element_type;
+    std::vector<std::vector<std::vector<piece>>> steps;
+    for (const std::size_t shard : {0, 1, 7, 2}) {
+      const auto i = static_cast<std::uint32_t>(sample_in(*dataset, shard));
+      steps.push_back({{piece{i, 0, static_cast<std::uint32_t>(dataset->length(i))}}});
+    }
+    const std::filesystem::path bin = written[7].string() + ".bin";
+    if (shrink) {
+      std::filesystem::resize_file(bin, 1000);  // nothing reads shard 7 before its check
+    } else {
+      const auto opened_at = std::filesystem::last_write_time(bin);
+      test::write_bytes(bin, test::read_bytes(bin));
+      std::filesystem::last_write_time(bin, opened_at + std::chrono::seconds(2));
+    }
+    for (const unsigned threads : {1U, 3U}) {
+      CAPTURE(threads);
+      batch_loader<std::remove_const_t<D>> loader(dataset, steps, {}, {threads, 4});
+      for (std::uint64_t step = 0; step < 2; ++step) {
+        const auto batch = loader.next();  // shards 0 and 1: unchanged
+        REQUIRE(batch);
+        const piece p = steps[step][0][0];
+        std::vector<std::int32_t> tokens(p.end);
+        dataset->read_tokens(p.sample, 0, std::span<std::int32_t>(tokens));
+        CHECK(std::vector<std::int32_t>((*batch)->view.input_ids.begin(), (*batch)->view.input_ids.begin() + p.end) ==
+              tokens);
+      }
+      const std::string message = test::message_of<io_error>([&] { (void)loader.next(); });
+      CHECK(test::contains(message, bin.string() + ": changed since it was opened"));
+      CHECK(test::contains(message, shrink ? "1000 now" : "written since"));
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("a shard rewritten while loading fails the first batch that reads it, naming it; the others come") {
+  // Before each batch the loader checks the files of the shards that the batch reads, not all 20.
+  using shards_type = concatenated_dataset<indexed_dataset>;
+  SUBCASE("a concatenation") {
+    rewrite_shard_7_while_loading(
+        "rewritten_shard",
+        [](const auto& written) { return std::make_shared<const shards_type>(open_indexed_datasets(written)); },
+        [](const shards_type& d, std::size_t k) { return d.first_sample(k) + 3; });
+  }
+  SUBCASE("a subset of it, in reverse") {
+    rewrite_shard_7_while_loading(
+        "rewritten_shard_subset",
+        [](const auto& written) {
+          std::vector<std::size_t> reversed(5000);
+          for (std::size_t i = 0; i < reversed.size(); ++i) reversed[i] = reversed.size() - 1 - i;
+          return std::make_shared<const subset_dataset<shards_type>>(open_indexed_datasets(written), reversed);
+        },
+        [](const subset_dataset<shards_type>&, std::size_t k) { return 4999 - (250 * k + 3); });
+  }
+  SUBCASE("a blend of two corpora of shards") {
+    using blend_type = blended_dataset<shards_type>;
+    rewrite_shard_7_while_loading(
+        "rewritten_shard_blend",
+        [](const std::vector<std::filesystem::path>& written) {
+          std::vector<shards_type> corpora;
+          corpora.push_back(open_indexed_datasets(std::span(written).first(5)));
+          corpora.push_back(open_indexed_datasets(std::span(written).subspan(5)));
+          return std::make_shared<const blend_type>(std::move(corpora), std::vector{1.0, 1.0},
+                                                    blend_options{.samples = 4000, .seed = 9});
+        },
+        [](const blend_type& blend, std::size_t k) {
+          for (std::size_t i = 0; i < blend.size(); ++i) {
+            const auto [corpus, local] = blend.where(i);
+            if ((corpus == 0 ? 0 : 5) + blend.corpora()[corpus].shard_of(local) == k) return i;
+          }
+          FAIL("no sample of shard " << k);
+          return std::size_t{0};
+        });
   }
 }
 

@@ -1,7 +1,8 @@
 // The batch loader on the real data: every rank's batches are the plan's rows collated, the
 // same bytes with any number of threads; a resumed loader gives exactly the tail; a dataset
 // that fails at sample k fails the batch that holds k, after every earlier batch; bad ranks,
-// starts and masks are errors before any thread starts.
+// starts and masks are errors before any thread starts; of a dataset of many shards, only the
+// shards a batch reads have their files checked before it.
 
 #include <doctest/doctest.h>
 
@@ -21,14 +22,18 @@
 #include <vector>
 
 #include "multipack/batch/collate.hpp"
+#include "multipack/data/blended_dataset.hpp"
+#include "multipack/data/concatenated_dataset.hpp"
 #include "multipack/data/indexed_dataset.hpp"
 #include "multipack/data/indexed_dataset_writer.hpp"
 #include "multipack/data/length_list.hpp"
 #include "multipack/data/loss_mask.hpp"
 #include "multipack/data/prompt_lengths_writer.hpp"
+#include "multipack/data/subset_dataset.hpp"
 #include "multipack/pipeline/batch_loader.hpp"
 #include "multipack/schedule/plan.hpp"
 #include "support/batch_checks.hpp"
+#include "support/counted_shards.hpp"
 #include "multipack/core/random.hpp"
 #include "support/expect.hpp"
 #include "support/files.hpp"
@@ -371,5 +376,100 @@ TEST_CASE("a dataset file changed while loading fails the next batches clearly; 
       ++step;
     }
     CHECK(step == plan->schedule.steps());
+  }
+}
+
+namespace {
+
+/// The steps of `rank` in `plan`, as rows of pieces.
+std::vector<std::vector<std::span<const piece>>> steps_of(const epoch_plan& plan, std::uint32_t rank) {
+  std::vector<std::vector<std::span<const piece>>> steps(plan.schedule.steps());
+  for (std::uint64_t s = 0; s < steps.size(); ++s)
+    for (std::uint32_t slot = 0; slot < plan.schedule.micro_batch(); ++slot)
+      steps[s].push_back(plan.pieces(s, rank, slot));
+  return steps;
+}
+
+/// Loads rank 1's batches of an epoch of `dataset`, whose samples lie in counted shards
+/// (`checks()`: their checks so far, in shard order; `shard_of(i)`: the shard of sample i):
+/// each shard is checked once for each batch that reads it, and never for another. Then,
+/// batch by batch on this thread, the shards checked are those the batch reads, fewer than
+/// its pieces.
+template <class D, class Checks, class ShardOf>
+void check_shards_checked(const std::shared_ptr<const D>& dataset, const Checks& checks, const ShardOf& shard_of) {
+  std::vector<std::uint32_t> lengths;
+  for (std::size_t i = 0; i < dataset->size(); ++i) lengths.push_back(static_cast<std::uint32_t>(dataset->length(i)));
+  const auto plan = std::make_shared<const epoch_plan>(
+      plan_epoch(lengths, {256, packing_algorithm::randomized_exact_fit}, {2, 4, 7, 0}));
+  const auto steps = steps_of(*plan, 1);
+  const std::size_t shards = checks().size();
+  const std::vector<std::uint64_t> reading = test::steps_reading(steps, shards, shard_of);
+  std::uint64_t pieces = 0;
+  for (const auto& step : steps)
+    for (const auto& row : step) pieces += row.size();
+  REQUIRE(pieces > 10 * steps.size());  // several pieces a batch, so that checking once a shard is tested
+  const std::vector<std::uint64_t> before = checks();
+  {
+    batch_loader<D> loader(dataset, plan, 1, {}, {2, 3});
+    std::uint64_t batches = 0;
+    while (loader.next()) ++batches;
+    CHECK(batches == steps.size());
+  }
+  std::vector<std::uint64_t> made = checks();
+  for (std::size_t k = 0; k < shards; ++k) made[k] -= before[k];
+  CHECK(made == reading);  // before the fix: every shard, every batch
+
+  // One batch at a time: the shards it reads, each once, at most one a piece of the batch.
+  std::vector<std::size_t> scratch;
+  for (const auto& step : steps) {
+    const std::vector<std::uint64_t> at = checks();
+    detail::check_files_read(*dataset, std::span<const std::span<const piece>>(step), 1, scratch);
+    const std::vector<std::uint64_t> after = checks();
+    const std::vector<std::uint64_t> read_by_step = test::steps_reading(std::span(&step, 1), shards, shard_of);
+    std::uint64_t checked = 0, step_pieces = 0;
+    for (std::size_t k = 0; k < shards; ++k) {
+      REQUIRE(after[k] - at[k] == read_by_step[k]);
+      checked += after[k] - at[k];
+    }
+    for (const auto& row : step) step_pieces += row.size();
+    CHECK(checked <= step_pieces);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("of a dataset of 1,000 shards, only the shards that a batch reads are checked, each once") {
+  using shards_type = concatenated_dataset<test::counted_shard>;
+  SUBCASE("a concatenation") {
+    const auto dataset = std::make_shared<const shards_type>(test::counted_shards(1000, 3));
+    check_shards_checked(dataset, [&] { return test::checks_of(dataset->shards()); },
+                         [&](std::size_t i) { return dataset->shard_of(i); });
+  }
+  SUBCASE("a subset of it: every other sample, in reverse") {
+    std::vector<std::size_t> indices;
+    for (std::size_t i = 3000; i >= 2; i -= 2) indices.push_back(i - 1);
+    const auto dataset =
+        std::make_shared<const subset_dataset<shards_type>>(shards_type(test::counted_shards(1000, 3)), indices);
+    check_shards_checked(dataset, [&] { return test::checks_of(dataset->source()->shards()); },
+                         [&](std::size_t i) { return dataset->source()->shard_of(dataset->source_index(i)); });
+  }
+  SUBCASE("a blend of two corpora of 500 shards") {
+    std::vector<shards_type> corpora;
+    const auto shards = test::counted_shards(1000, 3);
+    corpora.emplace_back(std::vector(shards.begin(), shards.begin() + 500));
+    corpora.emplace_back(std::vector(shards.begin() + 500, shards.end()));
+    const auto dataset = std::make_shared<const blended_dataset<shards_type>>(
+        std::move(corpora), std::vector{1.0, 2.0}, blend_options{.samples = 2500, .seed = 4});
+    check_shards_checked(dataset, [&] { return test::checks_of(shards); },
+                         [&](std::size_t i) {
+                           const auto [corpus, local] = dataset->where(i);
+                           return 500 * corpus + dataset->corpora()[corpus].shard_of(local);
+                         });
+  }
+  SUBCASE("a dataset that has only check_unchanged: checked whole, before every batch") {
+    std::vector<test::counted_shard> one = test::counted_shards(1, 3000);
+    const auto dataset = std::make_shared<const test::counted_shard>(one[0]);
+    static_assert(change_checked_dataset<test::counted_shard> && !part_checked_dataset<test::counted_shard>);
+    check_shards_checked(dataset, [&] { return test::checks_of(one); }, [](std::size_t) { return std::size_t{0}; });
   }
 }

@@ -16,6 +16,7 @@
 #include <span>
 #include <vector>
 
+#include "multipack/data/concatenated_dataset.hpp"
 #include "multipack/data/in_memory_dataset.hpp"
 #include "multipack/data/indexed_dataset.hpp"
 #include "multipack/data/llmc_dataset.hpp"
@@ -24,6 +25,7 @@
 #include "multipack/views.hpp"
 #include "support/alpaca.hpp"
 #include "support/batch_checks.hpp"
+#include "support/counted_shards.hpp"
 #include "support/expect.hpp"
 #include "support/files.hpp"
 #include "support/paths.hpp"
@@ -487,4 +489,27 @@ TEST_CASE("the capabilities of a dataset reach the loader through the views: cac
   CHECK(test::contains(message, bin.string()));
   CHECK(test::contains(message, "changed since it was opened"));
   CHECK(delivered <= 1 + 2 + 1);  // the batches built before the write, and one in the making
+}
+
+TEST_CASE("through the views too, of 1,000 shards only those that a batch reads are checked, each once") {
+  using shards_type = concatenated_dataset<test::counted_shard>;
+  const shards_type shards(test::counted_shards(1000, 3));
+  auto keep = [](const dataset_sample<shards_type>& s) { return s.index() % 3 != 1; };
+  static_assert(part_checked_dataset<indexed_samples<std::ranges::filter_view<std::ranges::ref_view<const shards_type>,
+                                                                              decltype(keep)>>>);
+  static_assert(part_checked_dataset<indexed_samples<std::ranges::ref_view<const shards_type>>>);
+  const auto check = [&](const auto& steps) {
+    const auto samples = steps.base().samples();  // positions in the view -> samples of the shards
+    const auto expected =
+        test::steps_reading(steps, 1000, [&](std::size_t i) { return shards.shard_of(samples->source_index(i)); });
+    const auto before = test::checks_of(shards.shards());
+    std::uint64_t batches = 0;
+    for (const auto& b : steps | views::prefetch({2, 3})) batches += b.rows > 0 ? 1 : 0;
+    CHECK(batches == steps.size());
+    auto made = test::checks_of(shards.shards());
+    for (std::size_t k = 0; k < made.size(); ++k) made[k] -= before[k];
+    CHECK(made == expected);  // before the fix: every shard, every batch
+  };
+  check(shards | views::pack({256}) | views::shard({1, 4}, 0));
+  check(shards | std::views::filter(keep) | views::pack({256}) | views::shard({1, 4}, 0));
 }

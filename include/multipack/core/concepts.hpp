@@ -142,10 +142,27 @@ concept prefetching_dataset = requires(const D& d, std::size_t i, std::uint64_t 
 };
 
 /// Optional: a dataset backed by files that can say whether they changed since it opened them:
-/// check_unchanged() throws io_error naming the file. The loader calls it before every batch,
-/// so that a shard rewritten while training fails the batch instead of reading a shrunk map.
+/// check_unchanged() throws io_error naming the file. The loader calls it before every batch
+/// (or, for a part_checked_dataset, checks the parts the batch reads), so that a shard
+/// rewritten while training fails the batch instead of reading a shrunk map.
 template <class D>
 concept change_checked_dataset = requires(const D& d) { d.check_unchanged(); };
+
+/// Optional, for a change_checked_dataset made of many files (shards, corpora): the loader
+/// then checks before each batch only the files that the batch reads, each once, so that the
+/// check costs the same whatever the number of shards (check_unchanged() is two fstat calls
+/// a shard). Its files are grouped in parts numbered 0 .. file_parts() - 1 (a shard's .idx
+/// and .bin are one part):
+///  - file_part_of(i): the part whose files hold sample i (i < size(), the caller's duty);
+///  - check_part_unchanged(k): check_unchanged() of part k's files only (k < file_parts(),
+///    the caller's duty): throws io_error naming the file.
+/// A dataset without them is checked whole, by check_unchanged().
+template <class D>
+concept part_checked_dataset = change_checked_dataset<D> && requires(const D& d, std::size_t i) {
+  { d.file_parts() } -> std::convertible_to<std::size_t>;
+  { d.file_part_of(i) } -> std::convertible_to<std::size_t>;
+  d.check_part_unchanged(i);
+};
 
 /// Optional: a dataset whose samples are samples of another dataset (a filter of it, say):
 /// source() is that dataset, source_index(i) sample i's index in it. Loss masks, which

@@ -17,6 +17,7 @@
 #include "multipack/core/error.hpp"
 #include "multipack/core/random.hpp"
 #include "multipack/core/sample.hpp"
+#include "multipack/data/detail/member_file_parts.hpp"
 #include "multipack/data/detail/part_starts.hpp"
 
 namespace multipack {
@@ -107,6 +108,7 @@ class blended_dataset {
       const auto [k, local] = locate(i, "blended_dataset");
       report_[k].tokens += static_cast<std::uint64_t>(corpora_[k].length(local));
     }
+    file_parts_ = detail::member_file_parts<D>(corpora_);
   }
 
   /// Samples of the epoch. O(1), never throws.
@@ -134,10 +136,36 @@ class blended_dataset {
     const auto [k, local] = where(i);
     corpora_[k].prefetch_tokens(local, first, count);
   }
+  /// Every corpus's changed-file check (see change_checked_dataset). O(corpora), plus theirs.
+  /// The loader checks only the corpora (or their shards) a batch reads, through the members
+  /// below.
   void check_unchanged() const
     requires change_checked_dataset<D>
   {
     for (const D& corpus : corpora_) corpus.check_unchanged();
+  }
+
+  /// The file parts (see part_checked_dataset): one a corpus, or, for corpora that have parts
+  /// of their own (concatenations of shards), theirs, corpus by corpus. O(1), never throws.
+  [[nodiscard]] std::size_t file_parts() const noexcept
+    requires change_checked_dataset<D>
+  {
+    return file_parts_.count(corpora_);
+  }
+  /// The part that holds sample i (< size(), the caller's duty). O(log corpora), plus the
+  /// corpus's file_part_of.
+  [[nodiscard]] std::size_t file_part_of(std::size_t i) const
+    requires change_checked_dataset<D>
+  {
+    const auto [k, local] = where(i);
+    return file_parts_.part_of(corpora_, k, local);
+  }
+  /// The changed-file check of part k (< file_parts(), the caller's duty) alone: throws
+  /// io_error naming the file. O(log corpora), plus the corpus's check.
+  void check_part_unchanged(std::size_t k) const
+    requires change_checked_dataset<D>
+  {
+    file_parts_.check(corpora_, k);
   }
 
   /// (corpus, index in it) of sample i (< size(), the caller's duty). O(log corpora).
@@ -163,6 +191,7 @@ class blended_dataset {
   std::vector<std::vector<std::uint64_t>> subsets_;
   std::vector<blend_corpus_report> report_;
   detail::part_starts starts_;
+  detail::member_file_parts<D> file_parts_;
 };
 
 }  // namespace multipack

@@ -19,6 +19,7 @@
 #include "multipack/core/concepts.hpp"
 #include "multipack/core/error.hpp"
 #include "multipack/core/sample.hpp"
+#include "multipack/data/detail/member_file_parts.hpp"
 #include "multipack/data/detail/part_starts.hpp"
 #include "multipack/data/indexed_dataset.hpp"
 #include "multipack/data/loss_mask.hpp"
@@ -42,6 +43,7 @@ class concatenated_dataset {
     if (starts_.total() >= UINT32_MAX)
       throw option_error("concatenated_dataset: " + std::to_string(starts_.total()) +
                          " samples in all; at most 2^32 - 2 are supported");
+    file_parts_ = detail::member_file_parts<D>(shards_);
   }
 
   /// Samples of all shards. O(1), never throws.
@@ -75,11 +77,35 @@ class concatenated_dataset {
   }
 
   /// Every shard's changed-file check (see change_checked_dataset). O(shards): two fstat
-  /// calls a shard for indexed datasets.
+  /// calls a shard for indexed datasets. The loader checks only the shards a batch reads,
+  /// through the members below.
   void check_unchanged() const
     requires change_checked_dataset<D>
   {
     for (const D& shard : shards_) shard.check_unchanged();
+  }
+
+  /// The file parts (see part_checked_dataset): one a shard, or, for shards that have parts
+  /// of their own, theirs, shard by shard. O(1), never throws.
+  [[nodiscard]] std::size_t file_parts() const noexcept
+    requires change_checked_dataset<D>
+  {
+    return file_parts_.count(shards_);
+  }
+  /// The part that holds sample i (< size(), the caller's duty). O(log shards), plus the
+  /// shard's file_part_of when it has parts.
+  [[nodiscard]] std::size_t file_part_of(std::size_t i) const
+    requires change_checked_dataset<D>
+  {
+    const std::size_t shard = shard_of(i);
+    return file_parts_.part_of(shards_, shard, i - static_cast<std::size_t>(starts_.first(shard)));
+  }
+  /// The changed-file check of part k (< file_parts(), the caller's duty) alone: throws
+  /// io_error naming the file. Two fstat calls for a shard that is an indexed dataset.
+  void check_part_unchanged(std::size_t k) const
+    requires change_checked_dataset<D>
+  {
+    file_parts_.check(shards_, k);
   }
 
   /// The shards, and where each one's samples start. O(1).
@@ -108,6 +134,7 @@ class concatenated_dataset {
 
   std::vector<D> shards_;
   detail::part_starts starts_;
+  detail::member_file_parts<D> file_parts_;
 };
 
 namespace detail {

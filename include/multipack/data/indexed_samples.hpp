@@ -40,8 +40,8 @@ struct dataset_of_sample<dataset_sample<D>> {
 ///    sizeof(iterator) bytes a sample.
 /// When V's elements are samples of a multipack dataset D, the dataset is `source()` and
 /// source_index(i) is sample i's index in it: loss masks, which describe D's samples, are
-/// applied by that index, and the capabilities of D (the changed-file check, prefetch hints)
-/// are forwarded.
+/// applied by that index, and the capabilities of D (the changed-file check, by parts too,
+/// prefetch hints) are forwarded.
 ///
 /// Not copyable or movable: its recorded iterators point into its own copy of the view (share
 /// it through a std::shared_ptr, as views::pack does). Every const member may be called from
@@ -134,6 +134,23 @@ class indexed_samples {
     requires(!std::is_void_v<source_type>) && change_checked_dataset<source_type>
   {
     if (source_ != nullptr) source_->check_unchanged();
+  }
+  /// The source dataset's file parts (see part_checked_dataset), sample i being its sample
+  /// source_index(i) (i < size(), the caller's duty); none when empty. O(1) plus the source's.
+  [[nodiscard]] std::size_t file_parts() const
+    requires(!std::is_void_v<source_type>) && part_checked_dataset<source_type>
+  {
+    return source_ != nullptr ? static_cast<std::size_t>(source_->file_parts()) : 0;
+  }
+  [[nodiscard]] std::size_t file_part_of(std::size_t i) const
+    requires(!std::is_void_v<source_type>) && part_checked_dataset<source_type>
+  {
+    return source_->file_part_of(source_index(i));
+  }
+  void check_part_unchanged(std::size_t k) const
+    requires(!std::is_void_v<source_type>) && part_checked_dataset<source_type>
+  {
+    if (source_ != nullptr) source_->check_part_unchanged(k);
   }
 
   /// The dataset whose samples these are (none when empty). O(1).

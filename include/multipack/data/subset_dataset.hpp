@@ -69,10 +69,28 @@ class subset_dataset {
   {
     if (i < size()) dataset_.prefetch_tokens(indices_[i], first, count);
   }
+  /// The dataset's changed-file check (see change_checked_dataset): all its files.
   void check_unchanged() const
     requires change_checked_dataset<D>
   {
     dataset_.check_unchanged();
+  }
+  /// The dataset's file parts (see part_checked_dataset), sample i being its sample
+  /// source_index(i) (i < size(), the caller's duty). O(1) plus the dataset's.
+  [[nodiscard]] std::size_t file_parts() const
+    requires part_checked_dataset<D>
+  {
+    return dataset_.file_parts();
+  }
+  [[nodiscard]] std::size_t file_part_of(std::size_t i) const
+    requires part_checked_dataset<D>
+  {
+    return dataset_.file_part_of(indices_[i]);
+  }
+  void check_part_unchanged(std::size_t k) const
+    requires part_checked_dataset<D>
+  {
+    dataset_.check_part_unchanged(k);
   }
 
   /// The original dataset, and sample i's index in it (i < size(), the caller's duty). O(1).

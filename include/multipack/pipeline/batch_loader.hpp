@@ -64,6 +64,9 @@ class loaded_batch {
  public:
   batch_view<T> view;                        ///< the batch: spans into the block, and its counts
   std::vector<std::span<const piece>> rows;  ///< scratch: the step's rows, sized once
+  /// scratch: the dataset's file parts that the rows read (see part_checked_dataset), kept
+  /// between batches: sized at the first batch, so that later batches allocate nothing
+  std::vector<std::size_t> parts_read;
   std::uint64_t step = 0;
   std::uint32_t rank = 0;
   std::uint64_t epoch = 0;  ///< the plan's epoch (schedule_options::epoch); 0 for a loader made from steps
@@ -81,6 +84,7 @@ class loaded_batch {
         block_(std::exchange(other.block_, {})),
         view(other.view),
         rows(std::move(other.rows)),
+        parts_read(std::move(other.parts_read)),
         step(other.step),
         rank(other.rank),
         epoch(other.epoch) {}
@@ -158,12 +162,40 @@ void take_rows_of_plan(const epoch_plan& plan, std::uint64_t step, std::uint32_t
   b.epoch = plan.schedule.options().epoch;
 }
 
+/// Throws the dataset's io_error, naming the file, when a file that `rows` read changed since
+/// the dataset opened it (see change_checked_dataset). A part_checked_dataset has each part
+/// that the pieces read checked once, in part order, and no other: O(pieces log pieces) plus
+/// one part's check (two fstat calls for a shard) a part read, whatever the number of parts.
+/// `parts` is scratch, reserved for `most_pieces` (a batch of more grows it). Another
+/// change_checked_dataset is checked whole. Thread-safe as the dataset's checks are.
+template <token_dataset D>
+void check_files_read(const D& dataset, std::span<const std::span<const piece>> rows, std::size_t most_pieces,
+                      std::vector<std::size_t>& parts) {
+  if constexpr (part_checked_dataset<D>) {
+    parts.reserve(most_pieces);
+    parts.clear();
+    for (const std::span<const piece> row : rows)
+      for (const piece& p : row) {
+        const auto part = static_cast<std::size_t>(dataset.file_part_of(p.sample));
+        if (parts.empty() || parts.back() != part) parts.push_back(part);  // a row's run of one shard: once
+      }
+    std::sort(parts.begin(), parts.end());
+    parts.erase(std::unique(parts.begin(), parts.end()), parts.end());
+    for (const std::size_t part : parts) dataset.check_part_unchanged(part);
+  } else if constexpr (change_checked_dataset<D>) {
+    dataset.check_unchanged();
+  }
+}
+
 /// Collates the rows the batch points at. A file-backed dataset, and a loss mask read from
 /// files, first say whether their files changed under them (a shard or a mask rewritten while
-/// training): the batch fails with that error instead of reading a shrunk mapping.
+/// training): the batch fails with that error instead of reading a shrunk mapping. Of a
+/// dataset of many shards, only those the rows read are checked (check_files_read).
 template <token_dataset D, batch_token T>
 void collate_rows(const D& dataset, const batch_options& options, loaded_batch<T>& b) {
-  if constexpr (change_checked_dataset<D>) dataset.check_unchanged();
+  check_files_read(dataset, std::span<const std::span<const piece>>(b.rows),
+                   static_cast<std::size_t>(b.view.layout.micro_batch) * b.view.layout.pieces_per_row(),
+                   b.parts_read);
   options.mask.check_unchanged();
   collate(dataset, std::span<const std::span<const piece>>(b.rows), options.mask, options.collate, b.view);
 }
