@@ -22,14 +22,17 @@
 #include <thread>
 #include <vector>
 
+#include "multipack/data/concatenated_dataset.hpp"
 #include "multipack/data/in_memory_dataset.hpp"
 #include "multipack/data/indexed_dataset.hpp"
+#include "multipack/data/indexed_dataset_writer.hpp"
 #include "multipack/data/length_list.hpp"
 #include "multipack/data/loss_mask.hpp"
 #include "multipack/pipeline/epoch_loader.hpp"
 #include "multipack/schedule/plan.hpp"
 #include "support/batch_checks.hpp"
 #include "support/expect.hpp"
+#include "support/files.hpp"
 #include "support/paths.hpp"
 
 using namespace multipack;
@@ -281,6 +284,50 @@ TEST_CASE("a later epoch's failed planning fails its first batch, after every ea
     };
     CHECK(delivered_before_failure(none, "epoch 2: the planner gave no plan") == steps_0 + steps_1);
   }
+}
+
+TEST_CASE("a shard this rank never reads, changed while training, fails the next epoch's planning clearly") {
+  // The batches check only the shards they read; the next epoch's plan is checked against the
+  // lengths of every rank's samples, which read every shard's .idx. A shard cut there raised
+  // SIGBUS on the planning thread; rewritten at the same size (here, so that nothing can
+  // fault), the check read its new lengths unnoticed.
+  const std::filesystem::path dir = test::fresh_temp_dir("epoch_loader_unread_shard");
+  std::vector<indexed_dataset> shards;
+  for (int k = 0; k < 40; ++k) {
+    indexed_dataset_writer writer(dir / std::to_string(k), token_dtype::int32);
+    for (int i = 0; i < 8; ++i) writer.add_sample(std::vector<int>(static_cast<std::size_t>(5 + (k + i) % 8), k));
+    writer.finish();
+    shards.emplace_back(dir / std::to_string(k));
+  }
+  using shards_type = concatenated_dataset<indexed_dataset>;
+  const auto dataset = std::make_shared<const shards_type>(std::move(shards));
+  std::vector<std::uint32_t> lengths;
+  for (std::size_t i = 0; i < dataset->size(); ++i) lengths.push_back(static_cast<std::uint32_t>(dataset->length(i)));
+  const epoch_planner planner = plan_each_epoch(lengths, {16, packing_algorithm::randomized_exact_fit}, {4, 1, 3, 0});
+  const auto first = planner(0);
+  std::set<std::size_t> read;  // the shards rank 0 reads in epoch 0
+  for (std::uint64_t step = 0; step < first->schedule.steps(); ++step)
+    for (const piece& p : first->pieces(step, 0, 0)) read.insert(dataset->shard_of(p.sample));
+  std::size_t unread = 0;
+  while (read.count(unread) != 0) ++unread;
+  REQUIRE(unread < 40);
+
+  epoch_loader<shards_type> loader(dataset, planner, 0, {}, {1, 2}, {.first = 0, .count = 2});
+  REQUIRE(loader.next());
+  const std::filesystem::path idx = dir / (std::to_string(unread) + ".idx");
+  const auto opened_at = std::filesystem::last_write_time(idx);
+  test::write_bytes(idx, test::read_bytes(idx));
+  std::filesystem::last_write_time(idx, opened_at + std::chrono::seconds(2));
+  std::uint64_t batches = 1;
+  const std::string message = test::message_of<io_error>([&] {
+    while (auto b = loader.next()) {
+      REQUIRE((*b)->epoch == 0);  // epoch 0 reads no changed file: all of it comes
+      ++batches;
+    }
+  });
+  CHECK(batches == first->schedule.steps());
+  CHECK(test::contains(message, idx.string()));
+  CHECK(test::contains(message, "changed since it was opened"));
 }
 
 TEST_CASE("a loader stopped anywhere returns: mid-epoch, at a boundary, while planning") {

@@ -281,6 +281,10 @@ class epoch_loader {
   void check_later_plan(const std::shared_ptr<const epoch_plan>& plan, std::uint64_t epoch) const {
     const std::string who = "epoch_loader: epoch " + std::to_string(epoch);
     if (!plan) throw option_error(who + ": the planner gave no plan");
+    // check_plan reads the length of every piece's sample, of every rank: the files of shards
+    // that this rank's batches never read (and so never check) are checked first, or a shard
+    // cut while training would raise SIGBUS here. Two fstat calls a shard, once an epoch.
+    if constexpr (change_checked_dataset<D>) dataset_->check_unchanged();
     detail::check_plan(*dataset_, *plan, rank_, who);
     if (plan->packed.report.capacity > layout_.capacity)  // before layout_of, which would refuse it unnamed
       throw option_error(who + " is packed at capacity " + std::to_string(plan->packed.report.capacity) +
