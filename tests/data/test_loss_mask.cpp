@@ -627,3 +627,18 @@ TEST_CASE("prompt_lengths_writer: prepare() leaves the old file, commit() replac
   CHECK(loss_mask::open_prompt_lengths(dir / "p.bin").prompt_length(0) == 9);
   CHECK_FALSE(fs::exists(dir / "p.bin.tmp"));
 }
+
+TEST_CASE("prompt_lengths_writer: a failed write leaves it unusable, not writing on after a gap") {
+  if (!fs::exists("/dev/full")) return;  // the full disk: every write fails with ENOSPC
+  const fs::path dir = test::fresh_temp_dir("loss_mask_write_failed");
+  fs::create_symlink("/dev/full", dir / "p.bin.tmp");
+  {
+    prompt_lengths_writer writer(dir / "p.bin");
+    const std::vector<std::uint32_t> many(300'000, 7);  // 1.2 MB: more than the 1 MiB buffer, so it writes
+    CHECK_THROWS_AS(writer.add(std::span<const std::uint32_t>(many)), io_error);
+    CHECK(test::contains(test::message_of<option_error>([&] { writer.add(1); }), "after an earlier write failed"));
+    CHECK_THROWS_AS(writer.finish(), option_error);
+  }
+  CHECK_FALSE(fs::exists(dir / "p.bin"));
+  CHECK_FALSE(fs::exists(dir / "p.bin.tmp"));
+}

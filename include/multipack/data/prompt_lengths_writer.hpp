@@ -18,8 +18,8 @@
 namespace multipack {
 
 /// Streams prompt lengths, one a sample, into the binary form at `path`: the bytes go to
-/// "<path>.tmp" (the count, known at the end, is written into the header by finish()), which
-/// finish() renames onto `path`: a reader sees the old file or the whole new one, and a
+/// "<path>.tmp" (the count, known at the end, is written into the header by prepare()), which
+/// commit() renames onto `path`: a reader sees the old file or the whole new one, and a
 /// writer destroyed unfinished leaves no temporary behind. finish() is prepare() then
 /// commit(), for a caller that completes several files before it renames any (as
 /// indexed_dataset_writer). Memory: a 1 MiB buffer, whatever the count. Not thread-safe;
@@ -47,20 +47,25 @@ class prompt_lengths_writer {
   /// Appends sample size()'s prompt length: any integer type but bool and the character
   /// types (plain_integral; add(true) or add(2.5) does not compile). Throws option_error for a
   /// length that is negative or above 4294967295, naming it (and writes nothing then), or
-  /// after prepare() or finish(). O(1) amortised.
+  /// after prepare() or finish(); io_error when a write fails (the writer is then unusable:
+  /// what it wrote has a gap). O(1) amortised.
   template <plain_integral Length>
   void add(Length prompt_length) {
     require_open("add");
     if (!std::in_range<std::uint32_t>(prompt_length))
       throw option_error(path_.string() + ": prompt length " + std::to_string(prompt_length) + " of sample " +
                          std::to_string(count_) + " is not one of 0 to 4294967295");
+    state_ = state::broken;  // until the write completes
     out_.write_value(static_cast<std::uint32_t>(prompt_length));  // little-endian host: as it is in memory
+    state_ = state::open;
     ++count_;
   }
   /// Appends many. O(n). Throws as add() above.
   void add(std::span<const std::uint32_t> prompt_lengths) {
     require_open("add");
+    state_ = state::broken;
     if (!prompt_lengths.empty()) out_.write(prompt_lengths.data(), prompt_lengths.size_bytes());
+    state_ = state::open;
     count_ += prompt_lengths.size();
   }
 
@@ -90,6 +95,7 @@ class prompt_lengths_writer {
     if (state_ == state::open)
       throw option_error(path_.string() + ": prompt_lengths_writer::commit() before prepare()");
     if (state_ != state::prepared) require_open("commit");  // finished or broken: throws
+    state_ = state::broken;  // until renamed: as indexed_dataset_writer, one try
     std::error_code ec;
     std::filesystem::rename(tmp_, path_, ec);
     if (ec) throw io_error(tmp_.string() + ": cannot rename to " + path_.string() + ": " + ec.message());

@@ -65,7 +65,7 @@ class loaded_batch {
   batch_view<T> view;                        ///< the batch: spans into the block, and its counts
   std::vector<std::span<const piece>> rows;  ///< scratch: the step's rows, sized once
   /// scratch: the dataset's file parts that the rows read (see part_checked_dataset), kept
-  /// between batches: sized at the first batch, so that later batches allocate nothing
+  /// between batches: reserved at the first batch, so that later batches allocate nothing
   std::vector<std::size_t> parts_read;
   std::uint64_t step = 0;
   std::uint32_t rank = 0;
