@@ -16,6 +16,7 @@
 #include <string>
 #include <thread>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "multipack/core/concepts.hpp"
@@ -55,7 +56,24 @@ void append(bytes& b, T v) {
   b.insert(b.end(), p, p + sizeof(T));
 }
 
+/// A finished one-sample dataset at `prefix`, and its bytes: what a failed or unfinished
+/// writer of the same prefix must leave as it was.
+struct earlier_dataset {
+  fs::path prefix;
+  bytes idx;
+  bytes bin;
 
+  explicit earlier_dataset(fs::path at) : prefix(std::move(at)) {
+    indexed_dataset_writer w(prefix, token_dtype::int32);
+    w.add_sample(std::vector<int>{1, 2, 3});
+    w.finish();
+    idx = read_bytes(with(prefix, ".idx"));
+    bin = read_bytes(with(prefix, ".bin"));
+  }
+  [[nodiscard]] bool unchanged() const {
+    return read_bytes(with(prefix, ".idx")) == idx && read_bytes(with(prefix, ".bin")) == bin;
+  }
+};
 
 }  // namespace
 
@@ -362,20 +380,13 @@ TEST_CASE("the writer refuses a token the dtype cannot hold, and writes none of 
 TEST_CASE("a writer destroyed before finish leaves no .idx and keeps the previous dataset") {
   const fs::path dir = test::fresh_temp_dir("unfinished");
   const fs::path prefix = dir / "set";
-  {
-    indexed_dataset_writer w(prefix, token_dtype::int32);
-    w.add_sample(std::vector<int>{1, 2, 3});
-    w.finish();
-  }
-  const bytes idx_before = read_bytes(with(prefix, ".idx"));
-  const bytes bin_before = read_bytes(with(prefix, ".bin"));
+  const earlier_dataset before(prefix);
   {
     indexed_dataset_writer w(prefix, token_dtype::int32);
     w.add_sample(std::vector<int>{9, 9, 9, 9, 9});
     w.end_document();
   }  // no finish()
-  CHECK(read_bytes(with(prefix, ".idx")) == idx_before);
-  CHECK(read_bytes(with(prefix, ".bin")) == bin_before);
+  CHECK(before.unchanged());
   CHECK(std::distance(fs::directory_iterator(dir), fs::directory_iterator()) == 2);
 
   const fs::path fresh = dir / "never";
@@ -388,28 +399,20 @@ TEST_CASE("a writer destroyed before finish leaves no .idx and keeps the previou
 TEST_CASE("prepare() writes everything but leaves the old dataset in place; commit() replaces it") {
   const fs::path dir = test::fresh_temp_dir("two_phase");
   const fs::path prefix = dir / "set";
-  {
-    indexed_dataset_writer w(prefix, token_dtype::int32);
-    w.add_sample(std::vector<int>{1, 2, 3});
-    w.finish();
-  }
-  const bytes idx_before = read_bytes(with(prefix, ".idx"));
-  const bytes bin_before = read_bytes(with(prefix, ".bin"));
+  const earlier_dataset before(prefix);
   {
     indexed_dataset_writer w(prefix, token_dtype::int32);
     CHECK_THROWS_AS(w.commit(), option_error);  // nothing prepared
     w.add_sample(std::vector<int>{7, 8});
     w.prepare();
-    CHECK(read_bytes(with(prefix, ".idx")) == idx_before);
-    CHECK(read_bytes(with(prefix, ".bin")) == bin_before);
+    CHECK(before.unchanged());
     CHECK(fs::exists(with(prefix, ".idx.tmp")));
     CHECK_THROWS_AS(w.add_sample(std::vector<int>{1}), option_error);
     CHECK_THROWS_AS(w.end_document(), option_error);
     CHECK_THROWS_AS(w.prepare(), option_error);
     CHECK_THROWS_AS(w.finish(), option_error);
   }  // prepared, never committed: the temporaries go, the old dataset stays
-  CHECK(read_bytes(with(prefix, ".idx")) == idx_before);
-  CHECK(read_bytes(with(prefix, ".bin")) == bin_before);
+  CHECK(before.unchanged());
   CHECK(std::distance(fs::directory_iterator(dir), fs::directory_iterator()) == 2);
 
   indexed_dataset_writer w(prefix, token_dtype::int32);
@@ -428,13 +431,7 @@ TEST_CASE("a prepare() that cannot write the .idx (a full disk) keeps the old da
   if (!fs::exists("/dev/full")) return;  // the full disk: every write fails with ENOSPC
   const fs::path dir = test::fresh_temp_dir("full_disk");
   const fs::path prefix = dir / "set";
-  {
-    indexed_dataset_writer w(prefix, token_dtype::int32);
-    w.add_sample(std::vector<int>{1, 2, 3});
-    w.finish();
-  }
-  const bytes idx_before = read_bytes(with(prefix, ".idx"));
-  const bytes bin_before = read_bytes(with(prefix, ".bin"));
+  const earlier_dataset before(prefix);
   {
     fs::create_symlink("/dev/full", with(prefix, ".idx.tmp"));  // the .idx is written through it
     indexed_dataset_writer w(prefix, token_dtype::int32);
@@ -442,8 +439,7 @@ TEST_CASE("a prepare() that cannot write the .idx (a full disk) keeps the old da
     CHECK(test::contains(test::message_of<io_error>([&] { w.prepare(); }), with(prefix, ".idx.tmp").string()));
     CHECK_THROWS_AS(w.commit(), option_error);
   }
-  CHECK(read_bytes(with(prefix, ".idx")) == idx_before);
-  CHECK(read_bytes(with(prefix, ".bin")) == bin_before);
+  CHECK(before.unchanged());
   CHECK(std::distance(fs::directory_iterator(dir), fs::directory_iterator()) == 2);
 }
 
