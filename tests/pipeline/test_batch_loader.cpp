@@ -318,9 +318,7 @@ TEST_CASE("a loss-mask file changed while loading fails the next batches clearly
   }
   batch_loader<indexed_dataset> loader(dataset, plan, 0, options, {1, 2});
   REQUIRE(loader.next());
-  const auto opened_at = std::filesystem::last_write_time(rewritten);
-  test::write_bytes(rewritten, test::read_bytes(rewritten));
-  std::filesystem::last_write_time(rewritten, opened_at + std::chrono::seconds(2));
+  test::rewrite_in_place(rewritten);
   std::uint64_t delivered = 1;
   const std::string message = test::message_of<io_error>([&] {
     while (loader.next()) ++delivered;
@@ -341,12 +339,7 @@ TEST_CASE("a dataset file changed while loading fails the next batches clearly; 
     bin += ".bin";
     // A write of the same bytes: the contents stay valid, only the time changes, so no read
     // can fault whatever the workers are doing meanwhile.
-    {
-      const auto opened_at = std::filesystem::last_write_time(bin);
-      test::write_bytes(bin, test::read_bytes(bin));
-      // A distinct modification time whatever the file system's clock granularity.
-      std::filesystem::last_write_time(bin, opened_at + std::chrono::seconds(2));
-    }
+    test::rewrite_in_place(bin);
     std::uint64_t delivered = 1;
     const std::string message = test::message_of<io_error>([&] {
       while (loader.next()) ++delivered;

@@ -3,6 +3,7 @@
 
 #include <doctest/doctest.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -23,6 +24,15 @@ inline void write_bytes(const std::filesystem::path& p, const bytes& b) {
   REQUIRE(out);
   out.write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
   REQUIRE(out);
+}
+
+/// Writes a file again with the same bytes and a modification time 2 s later (distinct
+/// whatever the file system's clock granularity): a change that the changed-file checks must
+/// see, while the contents stay valid, so that no read of a mapping can fault meanwhile.
+inline void rewrite_in_place(const std::filesystem::path& p) {
+  const auto opened_at = std::filesystem::last_write_time(p);
+  write_bytes(p, read_bytes(p));
+  std::filesystem::last_write_time(p, opened_at + std::chrono::seconds(2));
 }
 
 }  // namespace multipack::test
