@@ -1,11 +1,17 @@
 // The prefetcher: batches in step order whatever the threads; never more than depth batches
 // ahead of the consumer; a worker's exception at its own step, after every earlier batch;
-// early stops that return, 1,000 times; no allocation per batch once warm. Run under
+// early stops that return, 1,000 times; no allocation per batch once warm; out of memory in
+// the queues, a clear failure rather than a hang. Run under
 // ThreadSanitizer too (MULTIPACK_SANITIZE=thread scripts/test).
 
 #include <doctest/doctest.h>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <atomic>
+#include <chrono>
+#include <csignal>
 #include <cstdint>
 #include <cstdlib>
 #include <new>
@@ -27,6 +33,11 @@ using namespace multipack;
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"
 namespace {
 std::atomic<std::uint64_t> allocations{0};
+// Set to make every nothrow allocation fail: the queues allocate through it (blocks and the
+// place of each producing thread), so this is how they run out of memory.
+std::atomic<bool> fail_nothrow_allocations{false};
+// Counts down at each nothrow allocation; the one that finds it at 0 fails.
+std::atomic<std::int64_t> nothrow_allocations_before_failure{-1};
 }  // namespace
 
 void* operator new(std::size_t size) {
@@ -38,6 +49,8 @@ void operator delete(void* p) noexcept { std::free(p); }
 void operator delete(void* p, std::size_t) noexcept { std::free(p); }
 void* operator new(std::size_t size, const std::nothrow_t&) noexcept {
   allocations.fetch_add(1, std::memory_order_relaxed);
+  if (fail_nothrow_allocations.load(std::memory_order_relaxed)) return nullptr;
+  if (nothrow_allocations_before_failure.fetch_sub(1, std::memory_order_relaxed) == 0) return nullptr;
   return std::malloc(size == 0 ? 1 : size);
 }
 
@@ -235,6 +248,69 @@ TEST_CASE("no allocation per batch once every buffer has been used") {
     }
     CHECK(allocations.load() - before == 0);
   }
+}
+
+TEST_CASE("out of memory: the constructor throws; a buffer that cannot go back aborts instead of hanging") {
+  // Whichever of the constructor's allocations fails, it throws std::bad_alloc or works.
+  int thrown = 0;
+  int worked = 0;
+  for (std::int64_t failing = 0; failing < 40; ++failing) {
+    CAPTURE(failing);
+    nothrow_allocations_before_failure = failing;
+    try {
+      prefetcher<buffer> p({2, 2}, 0, 10, make_buffer(), fill);
+      nothrow_allocations_before_failure = -1;
+      for (std::uint64_t step = 0; step < 10; ++step) {
+        auto batch = p.next();
+        REQUIRE(batch);
+        CHECK((*batch)->step == step);
+      }
+      CHECK(!p.next());
+      ++worked;
+    } catch (const std::bad_alloc&) {
+      ++thrown;
+    }
+    nothrow_allocations_before_failure = -1;
+  }
+  CHECK(thrown > 0);
+  CHECK(worked > 0);
+
+  // A lease released on a thread of its own needs that thread's place in the free queue. If it
+  // cannot have one, the buffer is lost: with depth 1, next() would then wait forever. In a
+  // child process (forked while this one runs no other thread), which must abort at once with
+  // a message.
+  int err[2];
+  REQUIRE(pipe(err) == 0);
+  const pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    dup2(err[1], STDERR_FILENO);
+    std::signal(SIGABRT, SIG_DFL);  // not doctest's handler, which would report a crash
+    prefetcher<buffer> p({1, 1}, 0, 10, make_buffer(), fill);
+    auto lease = p.next();
+    fail_nothrow_allocations = true;
+    std::thread([&lease] { lease.reset(); }).join();
+    fail_nothrow_allocations = false;
+    (void)p.next();
+    _exit(0);
+  }
+  close(err[1]);
+  int status = 0;
+  pid_t done = 0;
+  for (int waited_ms = 0; (done = waitpid(child, &status, WNOHANG)) == 0 && waited_ms < 30'000; waited_ms += 10)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  if (done == 0) {  // hung: the failure this test is for
+    kill(child, SIGKILL);
+    waitpid(child, &status, 0);
+  }
+  CHECK(done == child);
+  CHECK(WIFSIGNALED(status));
+  if (WIFSIGNALED(status)) CHECK(WTERMSIG(status) == SIGABRT);
+  std::string message;
+  char chunk[256];
+  for (ssize_t n; (n = read(err[0], chunk, sizeof chunk)) > 0;) message.append(chunk, static_cast<std::size_t>(n));
+  close(err[0]);
+  CHECK(test::contains(message, "out of memory in a prefetch queue"));
 }
 
 TEST_CASE("an empty range and bad options") {

@@ -29,6 +29,7 @@
 #include <functional>
 #include <limits>
 #include <memory>
+#include <new>
 #include <optional>
 #include <string>
 #include <thread>
@@ -85,7 +86,7 @@ class prefetcher {
 
     void give_back(Buffer* buffer) noexcept {
       held.fetch_sub(1, std::memory_order_acq_rel);
-      free.enqueue(buffer);
+      detail::enqueue_or_abort(free, buffer);
     }
   };
 
@@ -125,7 +126,9 @@ class prefetcher {
     [[nodiscard]] std::uint64_t step() const noexcept { return step_; }
     [[nodiscard]] explicit operator bool() const noexcept { return owner_ != nullptr; }
 
-    /// Gives the buffer back now. O(1), never throws; idempotent.
+    /// Gives the buffer back now. O(1), never throws; idempotent. The first release on a
+    /// thread allocates that thread's place in the queue (a few hundred bytes): if even that
+    /// fails, the process aborts with a message rather than lose the buffer and hang next().
     void release() noexcept {
       if (owner_ != nullptr) std::exchange(owner_, nullptr)->give_back(buffer_);
     }
@@ -141,8 +144,9 @@ class prefetcher {
 
   /// Makes options.depth buffers with make_buffer() and starts options.threads workers on
   /// steps [first_step, end_step). Throws option_error for bad options or first_step >
-  /// end_step, whatever make_buffer throws, std::system_error when a thread cannot start
-  /// (the started ones are stopped first). Cost: depth buffers, threads threads.
+  /// end_step, whatever make_buffer throws, std::bad_alloc when the queues cannot allocate,
+  /// std::system_error when a thread cannot start (the started ones are stopped first).
+  /// Cost: depth buffers, threads threads.
   prefetcher(const prefetch_options& options, std::uint64_t first_step, std::uint64_t end_step,
              const std::function<Buffer()>& make_buffer, build_function build)
       : prefetcher(any_build{}, options, first_step, end_step, make_buffer, bounded(std::move(build))) {}
@@ -198,12 +202,12 @@ class prefetcher {
     --arrived_count_;
     if (item.error) {
       // The buffer of the failed build goes back; the failure stays for later calls.
-      pool_->free.enqueue(item.buffer);
+      detail::enqueue_or_abort(pool_->free, item.buffer);
       failure_ = item.error;
       std::rethrow_exception(failure_);
     }
     if (item.past_end) {
-      pool_->free.enqueue(item.buffer);
+      detail::enqueue_or_abort(pool_->free, item.buffer);
       ended_ = true;
       return std::nullopt;
     }
@@ -256,12 +260,15 @@ class prefetcher {
     pool_->buffers.reserve(depth_);
     for (std::size_t i = 0; i < depth_; ++i) {
       pool_->buffers.push_back(std::make_unique<Buffer>(make_buffer()));
-      pool_->free.enqueue(pool_->buffers.back().get());
+      if (!pool_->free.enqueue(pool_->buffers.back().get())) throw std::bad_alloc();
     }
     // An explicit producer per worker, made here rather than by the worker: a worker that
     // starts late would otherwise allocate it in the middle of the epoch.
     tokens_.reserve(options.threads);
-    for (unsigned t = 0; t < options.threads; ++t) tokens_.emplace_back(ready_);
+    for (unsigned t = 0; t < options.threads; ++t) {
+      tokens_.emplace_back(ready_);
+      if (!tokens_.back().valid()) throw std::bad_alloc();  // moodycamel reports it so
+    }
     workers_.reserve(options.threads);
     try {
       for (unsigned t = 0; t < options.threads; ++t) workers_.emplace_back([this, t] { work(tokens_[t]); });
@@ -304,7 +311,7 @@ class prefetcher {
       // After a failure or the end no later step is needed: the steps before are claimed already.
       const bool last = item.error != nullptr || item.past_end;
       if (item.past_end) stopping_.store(true, std::memory_order_release);
-      ready_.enqueue(token, std::move(item));
+      detail::enqueue_or_abort(ready_, token, std::move(item));
       if (last) return;
     }
   }
@@ -312,7 +319,7 @@ class prefetcher {
   void stop() noexcept {
     stopping_.store(true, std::memory_order_release);
     // One wake-up per worker: each returns at the first thing it dequeues once stopping.
-    for (std::size_t i = 0; i < workers_.size(); ++i) pool_->free.enqueue(nullptr);
+    for (std::size_t i = 0; i < workers_.size(); ++i) detail::enqueue_or_abort(pool_->free, nullptr);
     for (std::thread& worker : workers_)
       if (worker.joinable()) worker.join();
   }

@@ -13,7 +13,10 @@
 #endif
 
 #include <cstddef>
+#include <cstdio>
+#include <cstdlib>
 #include <new>
+#include <utility>
 
 namespace multipack::detail {
 
@@ -32,5 +35,16 @@ struct queue_traits : moodycamel::ConcurrentQueueDefaultTraits {
 
 template <class T>
 using blocking_queue = moodycamel::BlockingConcurrentQueue<T, queue_traits>;
+
+/// Enqueues where a failure cannot be reported: a lease released in a destructor, a worker
+/// handing over a batch, a wake-up at shutdown. The queue fails only when it cannot allocate a
+/// producer (a thread's first enqueue) or a block, and the lost item would leave its waiter
+/// blocked forever; the process stops with a message instead.
+template <class Queue, class... Item>
+void enqueue_or_abort(Queue& queue, Item&&... item) noexcept {
+  if (queue.enqueue(std::forward<Item>(item)...)) return;
+  std::fputs("multipack: out of memory in a prefetch queue; aborting rather than waiting forever\n", stderr);
+  std::abort();
+}
 
 }  // namespace multipack::detail
