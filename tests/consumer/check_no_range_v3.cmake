@@ -1,5 +1,8 @@
-# Fails naming every header under INCLUDE_DIR that includes a range-v3 header.
+# Fails naming every header under INCLUDE_DIR that includes a range-v3 header, but
+# multipack/range_v3.hpp: the opt-in header that makes the stages' views range-v3 views,
+# included only by a program that uses range-v3 (and so has it).
 file(GLOB_RECURSE headers "${INCLUDE_DIR}/*.hpp")
+list(REMOVE_ITEM headers "${INCLUDE_DIR}/multipack/range_v3.hpp")
 set(offenders "")
 foreach(header IN LISTS headers)
   file(STRINGS "${header}" lines REGEX "^[ \t]*#[ \t]*include[ \t]*[<\"](range/v3|meta/|concepts/concepts)")
