@@ -269,6 +269,13 @@ TEST_CASE("edge cases: no samples, only empty samples, bad options, bad lengths"
   odd.algorithm = static_cast<packing_algorithm>(42);
   CHECK_THROWS_WITH_AS(pack(std::vector<std::uint32_t>{10, 20}, odd), doctest::Contains("algorithm 42 is none of"),
                        option_error);
+  // More pieces than a 32-bit slot can name, from one sample split at 1 token a piece: the
+  // error says the split made them, and what makes fewer.
+  const pack_options tiny_split{1, packing_algorithm::exact_fit, overlong_policy::split};
+  CHECK_THROWS_WITH_AS(pack(std::vector<std::uint32_t>{5, UINT32_MAX}, tiny_split),
+                       "pack: 4294967300 pieces to pack (2 samples split at capacity 1); at most 2^32 - 2 are "
+                       "supported: a larger capacity, or overlong policy drop or truncate, makes fewer",
+                       option_error);
 }
 
 TEST_CASE("max_per_row caps the pieces of every row") {

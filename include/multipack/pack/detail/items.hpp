@@ -296,8 +296,12 @@ inline void classify_run(std::span<const std::uint32_t> lengths, std::size_t beg
     histogram.part_count = std::move(counts);
   }
   if (histogram.items >= no_slot)
-    throw option_error("pack: " + std::to_string(histogram.items) +
-                       " pieces to pack; at most 2^32 - 2 are supported");
+    throw option_error("pack: " + std::to_string(histogram.items) + " pieces to pack" +
+                       (all.split != 0 ? " (" + std::to_string(all.split) + " samples split at capacity " +
+                                             std::to_string(capacity) + ")"
+                                       : std::string()) +
+                       "; at most 2^32 - 2 are supported" +
+                       (all.split != 0 ? ": a larger capacity, or overlong policy drop or truncate, makes fewer" : ""));
   report.pieces = histogram.items;
   for (std::uint32_t l = 1; l <= capacity; ++l)
     if (histogram.count[l] != 0) {
