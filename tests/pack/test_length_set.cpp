@@ -134,8 +134,9 @@ TEST_CASE("length_sampler draws only unplaced lengths, as removals and snapshots
 TEST_CASE("length_sampler draws each unplaced item with the same probability") {
   // Lengths with 1, 10, 100 and 1,000 items; after removals that force a new snapshot, the
   // frequencies must follow the counts left, not those of the snapshot. Over 5,000
-  // lengths a table cell is a position; over 6, a cell is 1,024 positions, the first across
-  // the boundaries of three lengths, the others inside the range of the last.
+  // lengths a table cell is a position; over 6 (70,000 of the longest), a cell is 16
+  // positions, the first across the boundaries of three lengths, the seventh across that of
+  // the longest, the others inside its range.
   for (const std::size_t lengths : {5000U, 6U}) {
     CAPTURE(lengths);
     std::vector<std::uint32_t> count(lengths, 0);
@@ -144,7 +145,7 @@ TEST_CASE("length_sampler draws each unplaced item with the same probability") {
     count[2] = 10;
     count[3] = 100;
     count[longest] = 1000;
-    if (lengths == 6) count[longest] = 7000;
+    if (lengths == 6) count[longest] = 70000;
     std::uint64_t left = 111 + count[longest];
     length_sampler sampler(count, 11);
     auto check_frequencies = [&] {
