@@ -33,6 +33,7 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <iterator>
 #include <memory>
 #include <optional>
@@ -137,6 +138,33 @@ struct pipe_closure {
 
 template <class Apply>
 inline constexpr bool is_pipe_closure<pipe_closure<Apply>> = true;
+
+/// The begin() of an input view of batches, which may run once: the first call runs `start`;
+/// a later one rethrows what the first one threw (a trainer retrying after a failed start
+/// hears of that failure, not of a second call), or throws option_error naming the view.
+/// Not thread-safe, as the views are not.
+class single_pass {
+ public:
+  template <class Start>
+  auto begin(const char* view, Start&& start) {
+    if (started_) {
+      if (failure_) std::rethrow_exception(failure_);
+      throw option_error(std::string(view) +
+                         ": begin() called twice on an input view (make a new view from the steps for another pass)");
+    }
+    started_ = true;
+    try {
+      return std::forward<Start>(start)();
+    } catch (...) {
+      failure_ = std::current_exception();
+      throw;
+    }
+  }
+
+ private:
+  bool started_ = false;
+  std::exception_ptr failure_;
+};
 
 /// The iterator of the input views of batches (views::prefetch, views::to_device,
 /// torch::views::to_tensors): a pointer to the view's shared state, which holds the current
@@ -328,7 +356,7 @@ class prefetch_view : public std::ranges::view_interface<prefetch_view<Steps, T>
     Steps steps;
     prefetch_options prefetch;
     batch_options options;
-    bool started = false;
+    detail::single_pass pass;
     std::optional<loader_type> loader;
     std::optional<typename loader_type::lease> current;
 
@@ -354,20 +382,19 @@ class prefetch_view : public std::ranges::view_interface<prefetch_view<Steps, T>
   }
 
   /// Starts the workers (once) and waits for the first batch. Throws what batch_loader's
-  /// constructor (for steps) and next() throw. An input range: begin() may be called once;
-  /// for another pass, make another view from the steps.
+  /// constructor (for steps) and next() throw. An input range: begin() may be called once
+  /// (again, it rethrows the first call's failure, or throws option_error); for another pass,
+  /// make another view from the steps.
   [[nodiscard]] iterator begin() {
     if (!state_) return iterator();  // default-constructed: no steps
-    if (state_->started)
-      throw option_error("views::prefetch: begin() called twice on an input view (make a new view from the steps "
-                         "for another pass)");
-    state_->started = true;
-    if (std::ranges::empty(state_->steps)) return iterator(state_.get());  // no steps, no batches, no threads
-    // The loader refers to the steps this view holds (they may be a move-only view).
-    state_->loader.emplace(detail::samples_finder<Steps>::get(state_->steps),
-                           std::ranges::ref_view<const Steps>(state_->steps), state_->options, state_->prefetch);
-    state_->advance();
-    return iterator(state_.get());
+    return state_->pass.begin("views::prefetch", [this] {
+      if (std::ranges::empty(state_->steps)) return iterator(state_.get());  // no steps, no batches, no threads
+      // The loader refers to the steps this view holds (they may be a move-only view).
+      state_->loader.emplace(detail::samples_finder<Steps>::get(state_->steps),
+                             std::ranges::ref_view<const Steps>(state_->steps), state_->options, state_->prefetch);
+      state_->advance();
+      return iterator(state_.get());
+    });
   }
   [[nodiscard]] std::default_sentinel_t end() const noexcept { return {}; }
 

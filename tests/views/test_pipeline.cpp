@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <iterator>
 #include <ranges>
+#include <span>
 #include <vector>
 
 #include "multipack/data/indexed_dataset.hpp"
@@ -134,4 +135,19 @@ TEST_CASE("breaking out of the loop stops the workers; a dataset moved into the 
   auto batches = steps | views::prefetch();
   (void)batches.begin();
   CHECK(test::contains(test::message_of<option_error>([&] { (void)batches.begin(); }), "begin() called twice"));
+  // A begin() that failed (here the first batch: a sample cannot be read) fails again the
+  // same way, rather than saying it was called twice: what a trainer retrying needs to hear.
+  struct unreadable_sample {
+    std::uint32_t tokens;
+    [[nodiscard]] std::uint32_t length() const noexcept { return tokens; }
+    void read_tokens(std::uint64_t, std::span<std::int32_t>) const { throw io_error("sample file is gone"); }
+  };
+  const std::vector<unreadable_sample> unreadable = {{5}, {7}};
+  auto failing = unreadable | views::pack({16}) | views::shard({1, 1}, 0) | views::prefetch();
+  CHECK(test::message_of<io_error>([&] { (void)failing.begin(); }) == "sample file is gone");
+  CHECK(test::message_of<io_error>([&] { (void)failing.begin(); }) == "sample file is gone");
+  // No steps start no threads, and are begun once too.
+  auto none = steps | std::views::take(0) | views::prefetch();
+  CHECK(none.begin() == none.end());
+  CHECK(test::contains(test::message_of<option_error>([&] { (void)none.begin(); }), "begin() called twice"));
 }

@@ -43,6 +43,7 @@ class device_view : public std::ranges::view_interface<device_view<Steps, T>> {
     prefetch_view<Steps, T> source;
     cuda::stream_ref consumer = cuda::stream_ref::default_stream();
     cuda::device_options device;
+    multipack::detail::single_pass pass;
     std::optional<cuda::device_loader<samples_type, T>> loader;
     std::optional<cuda::device_batch<T>> current;  // last: released (on `consumer`) before the loader goes
 
@@ -70,17 +71,19 @@ class device_view : public std::ranges::view_interface<device_view<Steps, T>> {
     state_ = std::move(s);
   }
   /// Starts the workers and the copies (once) and takes the first batch. Throws what
-  /// device_loader's constructor and next() throw. An input range: begin() may be called once.
+  /// device_loader's constructor and next() throw. An input range: begin() may be called once
+  /// (again, it rethrows the first call's failure, or throws option_error).
   [[nodiscard]] iterator begin() {
     if (!state_) return iterator();  // default-constructed: no batches
-    if (state_->loader) throw option_error("views::to_device: begin() called twice on an input view");
-    const auto& source = state_->source;
-    if (source.size() == 0) return iterator(state_.get());  // no steps (or a default source), no batches, no threads
-    state_->loader.emplace(multipack::detail::samples_finder<Steps>::get(source.base()),
-                           std::ranges::ref_view<const Steps>(source.base()), source.batch(), source.prefetch(),
-                           state_->device);
-    state_->advance();
-    return iterator(state_.get());
+    return state_->pass.begin("views::to_device", [this] {
+      const auto& source = state_->source;
+      if (source.size() == 0) return iterator(state_.get());  // no steps (or a default source), no batches, no threads
+      state_->loader.emplace(multipack::detail::samples_finder<Steps>::get(source.base()),
+                             std::ranges::ref_view<const Steps>(source.base()), source.batch(), source.prefetch(),
+                             state_->device);
+      state_->advance();
+      return iterator(state_.get());
+    });
   }
   [[nodiscard]] std::default_sentinel_t end() const noexcept { return {}; }
 
@@ -102,6 +105,7 @@ class staged_device_view : public std::ranges::view_interface<staged_device_view
     Source source;
     std::optional<std::ranges::iterator_t<Source>> position;
     cuda::stream_ref consumer = cuda::stream_ref::default_stream();
+    multipack::detail::single_pass pass;
     std::optional<cuda::batch_stager<T>> stager;
     std::optional<cuda::device_batch<T>> current;  // last: released (on `consumer`) before the stager goes
 
@@ -131,14 +135,16 @@ class staged_device_view : public std::ranges::view_interface<staged_device_view
     state_ = std::make_shared<state>(std::move(source), consumer);
   }
   /// Makes the stager and stages the source's first batch (once). Throws what the source's
-  /// begin() and batch_stager throw. An input range: begin() may be called once.
+  /// begin() and batch_stager throw. An input range: begin() may be called once (again, it
+  /// rethrows the first call's failure, or throws option_error).
   [[nodiscard]] iterator begin() {
     if (!state_) return iterator();  // default-constructed: no batches
-    if (state_->stager) throw option_error("views::to_device: begin() called twice on an input view");
-    state_->stager.emplace(device_);
-    state_->position.emplace(std::ranges::begin(state_->source));
-    state_->take();
-    return iterator(state_.get());
+    return state_->pass.begin("views::to_device", [this] {
+      state_->stager.emplace(device_);
+      state_->position.emplace(std::ranges::begin(state_->source));
+      state_->take();
+      return iterator(state_.get());
+    });
   }
   [[nodiscard]] std::default_sentinel_t end() const noexcept { return {}; }
 

@@ -40,7 +40,7 @@ class tensor_view : public std::ranges::view_interface<tensor_view<Steps, T>> {
   using samples_type = multipack::detail::samples_of_t<Steps>;
   struct state {
     multipack::views::prefetch_view<Steps, T> source;
-    bool started = false;
+    multipack::detail::single_pass pass;
     std::optional<batch_loader<samples_type, T>> loader;
     std::optional<batch_tensors> current;  // the view's reference to the current batch
 
@@ -61,21 +61,19 @@ class tensor_view : public std::ranges::view_interface<tensor_view<Steps, T>> {
     state_->source = std::move(source);
   }
 
-  /// Starts the workers (once) and waits for the first batch. Throws option_error when
-  /// called twice (an input view: make a new one from the steps for another pass), what
-  /// batch_loader's constructor (for steps) and next() throw.
+  /// Starts the workers (once) and waits for the first batch. Throws what batch_loader's
+  /// constructor (for steps) and next() throw; called again, the first call's failure, or
+  /// option_error (an input view: make a new one from the steps for another pass).
   [[nodiscard]] iterator begin() {
     if (!state_) return iterator();  // default-constructed: no batches
-    if (state_->started)
-      throw option_error("torch::views::to_tensors: begin() called twice on an input view (make a new view from the "
-                         "steps for another pass)");
-    state_->started = true;
-    const auto& source = state_->source;
-    if (source.size() == 0) return iterator(state_.get());  // no steps (or a default source), no batches, no threads
-    state_->loader.emplace(multipack::detail::samples_finder<Steps>::get(source.base()),
-                           std::ranges::ref_view<const Steps>(source.base()), source.batch(), source.prefetch());
-    state_->advance();
-    return iterator(state_.get());
+    return state_->pass.begin("torch::views::to_tensors", [this] {
+      const auto& source = state_->source;
+      if (source.size() == 0) return iterator(state_.get());  // no steps (or a default source), no batches, no threads
+      state_->loader.emplace(multipack::detail::samples_finder<Steps>::get(source.base()),
+                             std::ranges::ref_view<const Steps>(source.base()), source.batch(), source.prefetch());
+      state_->advance();
+      return iterator(state_.get());
+    });
   }
   [[nodiscard]] std::default_sentinel_t end() const noexcept { return {}; }
   /// Batches the view yields: one a step. O(1).
@@ -97,6 +95,7 @@ class copied_tensor_view : public std::ranges::view_interface<copied_tensor_view
     Source source;
     std::optional<std::ranges::iterator_t<Source>> position;
     std::optional<batch_tensors> current;
+    multipack::detail::single_pass pass;
 
     [[nodiscard]] const batch_tensors& batch() const { return *current; }
     [[nodiscard]] bool has_batch() const noexcept { return current.has_value(); }
@@ -115,16 +114,17 @@ class copied_tensor_view : public std::ranges::view_interface<copied_tensor_view
 
   /// An empty view: no batches (begin() == end()).
   copied_tensor_view() = default;
-  explicit copied_tensor_view(Source source) : state_(std::make_shared<state>(state{std::move(source), {}, {}})) {}
+  explicit copied_tensor_view(Source source) : state_(std::make_shared<state>(state{std::move(source), {}, {}, {}})) {}
 
-  /// Takes the source's first batch (once: an input view). Throws option_error when called
-  /// twice, what the source and copy_tensors throw.
+  /// Takes the source's first batch (once: an input view). Throws what the source and
+  /// copy_tensors throw; called again, the first call's failure, or option_error.
   [[nodiscard]] iterator begin() {
     if (!state_) return iterator();  // default-constructed: no batches
-    if (state_->position) throw option_error("torch::views::to_tensors: begin() called twice on an input view");
-    state_->position.emplace(std::ranges::begin(state_->source));
-    state_->take();
-    return iterator(state_.get());
+    return state_->pass.begin("torch::views::to_tensors", [this] {
+      state_->position.emplace(std::ranges::begin(state_->source));
+      state_->take();
+      return iterator(state_.get());
+    });
   }
   [[nodiscard]] std::default_sentinel_t end() const noexcept { return {}; }
 
