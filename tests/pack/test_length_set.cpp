@@ -18,6 +18,28 @@ using multipack::splitmix64;
 using multipack::detail::length_sampler;
 using multipack::detail::length_set;
 
+namespace {
+
+/// Draws `draws` times and checks each length's share of the draws against its share of the
+/// `left` items, within 5 sigma; with `every_length_drawn`, also that exactly the lengths
+/// with items were drawn.
+void check_draw_frequencies(length_sampler& sampler, const std::vector<std::uint32_t>& count, std::uint64_t left,
+                            int draws, bool every_length_drawn = false) {
+  std::vector<int> seen(count.size(), 0);
+  for (int k = 0; k < draws; ++k) ++seen[sampler.draw(count, left)];
+  for (std::size_t l = 0; l < count.size(); ++l) {
+    const double p = static_cast<double>(count[l]) / static_cast<double>(left);
+    const double expected = p * draws;
+    const double sigma = std::sqrt(draws * p * (1 - p));
+    CAPTURE(l);
+    CAPTURE(count[l]);
+    if (every_length_drawn) REQUIRE((seen[l] != 0) == (count[l] != 0));
+    CHECK(std::abs(seen[l] - expected) <= 5 * sigma + 1e-9);
+  }
+}
+
+}  // namespace
+
 TEST_CASE("length_set answers find_prev and find_next as std::set does") {
   // Above 2^18 the top level has several words (2 at 2^18 + 1, 256 at 2^26, 1,025 at
   // 2^28 + 3). There members are sparse, and half of them fall near four anchors so that
@@ -148,18 +170,7 @@ TEST_CASE("length_sampler draws each unplaced item with the same probability") {
     if (lengths == 6) count[longest] = 70000;
     std::uint64_t left = 111 + count[longest];
     length_sampler sampler(count, 11);
-    auto check_frequencies = [&] {
-      constexpr int draws = 200'000;
-      std::vector<int> seen(count.size(), 0);
-      for (int k = 0; k < draws; ++k) ++seen[sampler.draw(count, left)];
-      for (std::size_t l = 0; l < count.size(); ++l) {
-        const double p = static_cast<double>(count[l]) / static_cast<double>(left);
-        const double expected = p * draws;
-        const double sigma = std::sqrt(draws * p * (1 - p));
-        CAPTURE(l);
-        CHECK(std::abs(seen[l] - expected) <= 5 * sigma + 1e-9);
-      }
-    };
+    auto check_frequencies = [&] { check_draw_frequencies(sampler, count, left, 200'000); };
     check_frequencies();
     left -= count[longest] - 100;  // under half the items left: the next draw takes a new snapshot
     count[longest] = 100;
@@ -205,20 +216,8 @@ TEST_CASE("length_sampler stays uniform as its snapshots lose lengths, down to a
       count[l] = end[l];
     }
   }
-  auto check_frequencies = [&] {
-    constexpr int draws = 2'000'000;
-    std::vector<int> seen(count.size(), 0);
-    for (int k = 0; k < draws; ++k) ++seen[sampler.draw(count, left)];
-    for (std::size_t l = 0; l < count.size(); ++l) {
-      const double p = static_cast<double>(count[l]) / static_cast<double>(left);
-      const double expected = p * draws;
-      const double sigma = std::sqrt(draws * p * (1 - p));
-      CAPTURE(l);
-      CAPTURE(count[l]);
-      REQUIRE((seen[l] != 0) == (count[l] != 0));  // 62 draws expected of a single item
-      CHECK(std::abs(seen[l] - expected) <= 5 * sigma + 1e-9);
-    }
-  };
+  // 2 M draws: 62 expected of a single item, so each length with items is drawn.
+  auto check_frequencies = [&] { check_draw_frequencies(sampler, count, left, 2'000'000, true); };
   check_frequencies();
   // Down to six lengths, three of one item: the next draw takes a snapshot of them alone.
   int singles = 0;
