@@ -7,10 +7,14 @@
 //
 // range-v3 takes a temporary only if it is one of its views, and it knows a view by its base
 // class (ranges::view_base) or by ranges::enable_view, never by the standard's enable_view.
-// So without this header a multipack view works after range-v3's adaptors and as a named
-// variable before them, but not as a temporary before them (what a chain of `|` passes). The
+// Without this header it takes a named multipack view by reference, and no temporary. The
 // specialisations live here, not in views.hpp, because multipack's other headers do not
 // include range-v3 (nvcc cannot parse it, and a consumer may not have it).
+//
+// Include it in every file of a program that applies range-v3's adaptors to multipack's
+// views, before the first such use, or in none: the same adaptor instantiated with and
+// without it is two definitions of one function (the linker keeps one: wrong rows or a crash
+// in the other file). In one file, a use before the include does not compile.
 
 #include <type_traits>
 

@@ -15,7 +15,6 @@
 #include <range/v3/view/take.hpp>
 
 #include "multipack/data/indexed_dataset.hpp"
-#include "multipack/range_v3.hpp"
 #include "multipack/views.hpp"
 #include "support/alpaca.hpp"
 #include "support/batch_checks.hpp"
@@ -41,38 +40,6 @@ TEST_CASE("range-v3 views model the stages' concepts") {
   using steps = decltype(std::declval<rows&>() | views::shard({1, 2}, 0));
   using dropped = decltype(std::declval<steps&>() | ranges::views::drop(3));  // a subrange of our iterators
   static_assert(step_range<dropped> && resolves_samples<dropped>);
-}
-
-TEST_CASE("with multipack/range_v3.hpp the rows and the steps are range-v3 views") {
-  using rows = decltype(alpaca() | views::pack({1024}));
-  using steps = decltype(std::declval<rows>() | views::shard({1, 2}, 0));
-  static_assert(ranges::view_<rows> && ranges::random_access_range<rows> && ranges::sized_range<rows>);
-  static_assert(ranges::view_<steps> && ranges::random_access_range<steps> && ranges::sized_range<steps>);
-  static_assert(ranges::viewable_range<rows> && ranges::viewable_range<steps>);
-}
-
-TEST_CASE("temporaries of the stages go into range-v3's adaptors; its closures compose with the stages'") {
-  const schedule_options schedule{1, 2, 4, 0};
-  // rows | take | shard, each stage a temporary, against the standard's take
-  auto a = alpaca() | views::pack({1024}) | ranges::views::take(40) | views::shard(schedule, 0) | views::prefetch();
-  auto b = alpaca() | views::pack({1024}) | std::views::take(40) | views::shard(schedule, 0) | views::prefetch();
-  const auto taken = all_contents(b);
-  REQUIRE(taken.size() == 40 / schedule.micro_batch);
-  CHECK(all_contents(a) == taken);
-
-  // steps | drop | prefetch (the resume), the steps a temporary
-  const auto full = all_contents(alpaca() | views::pack({1024}) | views::shard(schedule, 0) | views::prefetch());
-  const auto tail =
-      all_contents(alpaca() | views::pack({1024}) | views::shard(schedule, 0) | ranges::views::drop(5) | views::prefetch());
-  REQUIRE(full.size() > 5);
-  CHECK(tail == std::vector(full.begin() + 5, full.end()));
-
-  // A closure of ours, range-v3's and ours again: what the stages give one at a time.
-  auto every_other_row = views::pack({1024}) | ranges::views::stride(2) | views::shard(schedule, 0);
-  auto rows = alpaca() | views::pack({1024});
-  auto strided = rows | ranges::views::stride(2);
-  CHECK(all_contents(alpaca() | every_other_row | views::prefetch()) ==
-        all_contents(strided | views::shard(schedule, 0) | views::prefetch()));
 }
 
 TEST_CASE("range-v3 between dataset and pack, pack and shard, shard and prefetch: what the standard's give") {
