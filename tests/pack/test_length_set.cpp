@@ -172,11 +172,11 @@ TEST_CASE("length_sampler draws each unplaced item with the same probability") {
     length_sampler sampler(count, 11);
     auto check_frequencies = [&] { check_draw_frequencies(sampler, count, left, 200'000); };
     check_frequencies();
-    left -= count[longest] - 100;  // under half the items left: the next draw takes a new snapshot
+    left -= count[longest] - 100;  // under 7/8 of the items left: the next draw takes a new snapshot
     count[longest] = 100;
     check_frequencies();
-    left -= 40;  // over half left: the same snapshot, where 40 positions of the longest are gone
-    count[longest] = 60;
+    left -= 20;  // 191 of its 211 left, over 7/8: the same snapshot, where 20 positions of the longest are gone
+    count[longest] = 80;
     check_frequencies();
   }
 }

@@ -21,8 +21,8 @@ enum class packing_algorithm : std::uint8_t {
   /// from 2,048 tokens). With rows of a few samples its last rows are left with the shortest
   /// samples, of nearly one length, that no gap fits: Alpaca at 512 tokens takes 1.003 x the
   /// bound, at 1,024 1.0005 x; randomized_exact_fit, which keeps a mix of lengths to the end,
-  /// reaches the bound there. O(n + rows * distinct lengths) worst case. Rows are grouped by
-  /// length: the first rows hold the longest samples.
+  /// is at the bound there or one row above. O(n + rows * distinct lengths) worst case.
+  /// Rows are grouped by length: the first rows hold the longest samples.
   exact_fit,
   /// Classical best-fit decreasing: samples longest first (ties: lowest index first), each into
   /// the open row with the least room that still fits it (ties: the earliest row). O(n log n).
