@@ -176,10 +176,8 @@ TEST_CASE("rows of a few samples: randomized exact fit at the lower bound, exact
   // 1 M Alpaca lengths, resampled, at 512 and 1,024 tokens (4 and 8 samples a row): what
   // options.hpp says of the two (exact fit 1.003 and 1.0005 x the bound; randomized at it or
   // one row above), and so which one a trainer with short rows should take.
-  const std::vector<std::uint32_t> alpaca = alpaca_lengths();
   splitmix64 rng(3);
-  std::vector<std::uint32_t> lengths(1'000'000);
-  for (auto& length : lengths) length = alpaca[rng.below(alpaca.size())];
+  const std::vector<std::uint32_t> lengths = test::resampled_alpaca_lengths(1'000'000, rng);
   for (const auto& [capacity, exact_fit_over] : {std::pair{512U, 1.0035}, std::pair{1024U, 1.0006}}) {
     CAPTURE(capacity);
     const packing exact = pack(lengths, {capacity, packing_algorithm::exact_fit});
@@ -361,12 +359,10 @@ TEST_CASE("the lower bound on rows is never above the optimum, and finds gaps sh
 TEST_CASE("threads split the passes over the samples: the same packing for any count") {
   // Enough samples for several parts a run (sample_order::min_part_samples each): Alpaca
   // resampled, long-tailed with samples over the row (each overlong policy), and all equal.
-  const std::vector<std::uint32_t> alpaca = alpaca_lengths();
   splitmix64 rng(11);
-  std::vector<std::uint32_t> resampled(200'003);
+  const std::vector<std::uint32_t> resampled = test::resampled_alpaca_lengths(200'003, rng);
   std::vector<std::uint32_t> long_tail(150'001);
   const std::vector<std::uint32_t> equal(70'000, 700);
-  for (auto& length : resampled) length = alpaca[rng.below(alpaca.size())];
   for (auto& length : long_tail)
     length = static_cast<std::uint32_t>(rng.below(4) == 0 ? rng.below(3 * 2048) : rng.below(300));
   const std::vector<std::uint32_t>* const shapes[] = {&resampled, &long_tail, &equal};
@@ -397,13 +393,11 @@ TEST_CASE("the exact packers fill large inputs in two halves: every sample once,
   // Over detail::min_halved_items pieces: Alpaca resampled; long-tailed with samples over
   // the row, split (full pieces all in the first half, tails in both) or truncated; and many
   // samples near the capacity, whose gaps only short samples close.
-  const std::vector<std::uint32_t> alpaca = alpaca_lengths();
   splitmix64 rng(23);
   const std::uint32_t capacity = 2048;
-  std::vector<std::uint32_t> resampled(1'200'000);
+  const std::vector<std::uint32_t> resampled = test::resampled_alpaca_lengths(1'200'000, rng);
   std::vector<std::uint32_t> long_tail(1'100'000);
   std::vector<std::uint32_t> near_capacity(1'100'000);
-  for (auto& length : resampled) length = alpaca[rng.below(alpaca.size())];
   for (auto& length : long_tail)
     length = static_cast<std::uint32_t>(rng.below(8) == 0 ? rng.below(5 * capacity) : 1 + rng.below(300));
   for (auto& length : near_capacity)
@@ -507,12 +501,10 @@ TEST_CASE("exact fit's repeated rows are exactly the rows filled one at a time")
       CHECK(pack(lengths, options).rows == exact_fit_one_row_at_a_time(lengths, options));
     }
   }
-  const std::vector<std::uint32_t> alpaca = alpaca_lengths();
   splitmix64 rng(29);
   const std::uint32_t capacity = 2048;
-  std::vector<std::uint32_t> resampled(1'100'000);
+  std::vector<std::uint32_t> resampled = test::resampled_alpaca_lengths(1'100'000, rng);
   std::vector<std::uint32_t> near_capacity(1'100'000);
-  for (auto& length : resampled) length = alpaca[rng.below(alpaca.size())];
   for (auto& length : near_capacity)
     length = static_cast<std::uint32_t>(rng.below(5) < 2 ? capacity / 2 + rng.below(capacity / 2 + 1) : 1 + rng.below(400));
   for (const std::vector<std::uint32_t>* lengths : {&resampled, &near_capacity}) {
@@ -547,9 +539,8 @@ TEST_CASE("randomized exact fit hands out the same samples at add and gathered, 
   using hand_out = detail::slot_assignment::hand_out;
   const std::vector<std::uint32_t> alpaca = alpaca_lengths();
   splitmix64 rng(31);
-  std::vector<std::uint32_t> resampled(1'100'000);
+  const std::vector<std::uint32_t> resampled = test::resampled_alpaca_lengths(1'100'000, rng);
   std::vector<std::uint32_t> long_tail(1'100'000);
-  for (auto& length : resampled) length = alpaca[rng.below(alpaca.size())];
   for (auto& length : long_tail)
     length = static_cast<std::uint32_t>(rng.below(5) == 0 ? 1 + rng.below(20'000) : 1 + rng.below(400));
   struct shape {

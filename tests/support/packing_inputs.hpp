@@ -17,6 +17,15 @@ inline std::vector<std::uint32_t> alpaca_lengths() {
   return read_length_list(source_dir() / "data/alpaca/lengths.txt");
 }
 
+/// `count` lengths drawn with replacement from the real Alpaca lengths, with `rng` (which the
+/// caller may go on drawing from).
+inline std::vector<std::uint32_t> resampled_alpaca_lengths(std::size_t count, splitmix64& rng) {
+  const std::vector<std::uint32_t> alpaca = alpaca_lengths();
+  std::vector<std::uint32_t> lengths(count);
+  for (auto& length : lengths) length = alpaca[rng.below(alpaca.size())];
+  return lengths;
+}
+
 /// Lengths of several shapes: short and uniform, long-tailed with some over `capacity`,
 /// with zeros, all equal.
 inline std::vector<std::uint32_t> generated_lengths(std::uint64_t seed, std::uint32_t capacity) {
