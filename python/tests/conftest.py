@@ -63,17 +63,27 @@ def read_plan_dump(path) -> dict:
     return steps
 
 
-def threads_of_process(expected: Optional[int] = None) -> int:
-    """Threads of this process (C++ threads included, which threading does not see), once
-    there are `expected` of them (10 s at most), or once the count holds for 50 ms. A thread
-    that was just joined is listed until the kernel reaps it, after the join returned (seen
-    under AddressSanitizer): a count that stays wrong is a leak, one that settles is not."""
+def _thread_names() -> list:
+    names = []
+    for task in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{task}/comm") as comm:
+                names.append(comm.read().strip())
+        except OSError:  # the thread ended since the listing
+            pass
+    return names
+
+
+def multipack_threads(expected: int) -> int:
+    """multipack's threads in this process (C++ threads, which threading does not see; named
+    multipack-batch, multipack-plan and multipack-pack), once there are `expected` of them
+    (10 s at most). Only multipack's are counted: the threads of torch, of OpenBLAS or of an
+    earlier test's library do not move the count. A thread that was just joined is listed
+    until the kernel reaps it, after the join returned (seen under AddressSanitizer): a count
+    that stays wrong is a leak, one that settles is not."""
     deadline = time.monotonic() + 10
-    count = len(os.listdir("/proc/self/task"))
+    count = sum(name.startswith("multipack-") for name in _thread_names())
     while count != expected and time.monotonic() < deadline:
-        time.sleep(0.05 if expected is None else 0.01)
-        again = len(os.listdir("/proc/self/task"))
-        if expected is None and again == count:
-            break
-        count = again
+        time.sleep(0.01)
+        count = sum(name.startswith("multipack-") for name in _thread_names())
     return count

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import multipack
-from conftest import FIXED_OPTIONS, run_bench, threads_of_process
+from conftest import FIXED_OPTIONS, multipack_threads, run_bench
 
 ARRAYS = ["input_ids", "labels", "position_ids", "sequence_ids", "cu_seqlens"]
 
@@ -145,30 +145,30 @@ def test_holding_every_buffer_is_an_error_not_a_hang(prefix):
 
 def test_break_and_garbage_collection_stop_the_threads(prefix):
     gc.collect()  # a loader of an earlier test, kept by a traceback's cycle, stops now and not mid-count
-    before = threads_of_process()
+    assert multipack_threads(0) == 0, "an earlier test's loader still runs"
     for batch in multipack.Loader(prefix, capacity=2048, micro_batch=2, world_size=1, rank=0, threads=3):
         break
     del batch
     gc.collect()
-    assert threads_of_process(before) == before, "the loop ended but the workers still run"
+    assert multipack_threads(0) == 0, "the loop ended but the workers still run"
 
     loader = multipack.Loader(prefix, capacity=2048, micro_batch=2, world_size=1, rank=0, threads=3)
     it = iter(loader)
     next(it)
-    assert threads_of_process(before + 3 + 1) == before + 3 + 1, "three workers and the planning thread"
+    assert multipack_threads(3 + 1) == 3 + 1, "three workers and the planning thread"
     del it
     gc.collect()
-    assert threads_of_process(before) == before
+    assert multipack_threads(0) == 0
     with multipack.Loader(prefix, capacity=2048, world_size=1, rank=0, threads=2) as scoped:
         next(iter(scoped))
-    assert threads_of_process(before) == before
+    assert multipack_threads(0) == 0
 
 
 def test_close_from_another_thread_ends_the_loop_there(prefix):
     # A watchdog or shutdown thread closes the loader while the loop waits for a batch: the
     # loop ends (it waited in a freed loader before), and no thread is left.
     gc.collect()
-    before = threads_of_process()
+    assert multipack_threads(0) == 0
     for trial in range(100):
         loader = multipack.Loader(prefix, capacity=8192, micro_batch=64, world_size=1, rank=0, threads=1, depth=2)
         it = iter(loader)
@@ -180,7 +180,7 @@ def test_close_from_another_thread_ends_the_loop_there(prefix):
         assert not consumer.is_alive(), f"trial {trial}: the loop still waits after close()"
         del it
     gc.collect()
-    assert threads_of_process(before) == before
+    assert multipack_threads(0) == 0
 
 
 def test_a_state_saved_after_the_epoch_resumes_to_nothing(prefix):
@@ -293,13 +293,13 @@ def test_one_loader_spans_the_epochs(prefix):
     first) and packed into the memory of plans let go; the epoch boundaries counted."""
     options = dict(capacity=2048, micro_batch=2, world_size=1, rank=0, algorithm="randomized-exact-fit", threads=2)
     gc.collect()  # as in the test above
-    before = threads_of_process()
+    assert multipack_threads(0) == 0
     loader = multipack.Loader(prefix, **options)
     running = loader._batches
     for epoch in range(4):
         loader.set_epoch(epoch)
-        running_threads = threads_of_process(before + 2 + 1)
-        assert running_threads == before + 2 + 1, f"epoch {epoch}: two workers and the planning thread"
+        running_threads = multipack_threads(2 + 1)
+        assert running_threads == 2 + 1, f"epoch {epoch}: two workers and the planning thread"
         got = []
         for b in loader:
             assert b["epoch"] == epoch
@@ -316,7 +316,7 @@ def test_one_loader_spans_the_epochs(prefix):
     # at e + 1's start, so epochs 2 and 3 are packed into memory let go (two plans' memory).
     assert loader._recycler.reused >= 2
     loader.close()
-    assert threads_of_process(before) == before
+    assert multipack_threads(0) == 0
 
 
 def test_the_plan_options_and_the_dataset_are_fixed_and_assigning_epoch_continues(prefix):

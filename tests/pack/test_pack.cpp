@@ -3,6 +3,7 @@
 // closeness to the lower bound on the real Alpaca lengths.
 
 #include <doctest/doctest.h>
+#include <pthread.h>
 
 #include <algorithm>
 #include <cmath>
@@ -454,6 +455,19 @@ TEST_CASE("threads split the passes over the samples: the same packing for any c
           CHECK(result.report == reference.report);
         }
       }
+}
+
+TEST_CASE("pack's threads are named multipack-pack; the calling thread keeps its name") {
+  char caller[16] = {};
+  REQUIRE(pthread_getname_np(pthread_self(), caller, sizeof caller) == 0);
+  std::string names[3];  // short strings: no allocation in the noexcept work
+  detail::run_parts(3, [&names](std::size_t part) noexcept {
+    char name[16] = {};
+    if (pthread_getname_np(pthread_self(), name, sizeof name) == 0) names[part] = name;
+  });
+  CHECK(names[0] == caller);
+  CHECK(names[1] == detail::pack_thread_name);
+  CHECK(names[2] == detail::pack_thread_name);
 }
 
 TEST_CASE("the exact packers fill large inputs in two halves: every sample once, near the bound, any threads") {

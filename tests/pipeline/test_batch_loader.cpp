@@ -38,6 +38,7 @@
 #include "support/expect.hpp"
 #include "support/files.hpp"
 #include "support/paths.hpp"
+#include "support/threads.hpp"
 
 using namespace multipack;
 
@@ -224,13 +225,6 @@ TEST_CASE("bad ranks, starts and masks are errors before any thread starts") {
 
 namespace {
 
-/// Threads of this process, from /proc/self/task (Linux).
-std::size_t thread_count() {
-  std::size_t n = 0;
-  for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator("/proc/self/task")) ++n;
-  return n;
-}
-
 /// A private copy of the Alpaca files, which a test may rewrite or delete.
 std::filesystem::path alpaca_copy(const std::string& name) {
   const std::filesystem::path dir = test::fresh_temp_dir(name);
@@ -248,11 +242,11 @@ std::filesystem::path alpaca_copy(const std::string& name) {
 TEST_CASE("after a failed read no loader thread is left, and a new loader over the same data works") {
   const auto plan = alpaca_plan(1, 4, 2048);
   const std::uint32_t sample = plan->pieces(3, 0, 0).front().sample;
-  const std::size_t before = thread_count();
+  const std::size_t before = test::thread_count();
   {
     const auto dataset = std::make_shared<const failing_dataset>(failing_dataset{alpaca(), sample});
     batch_loader<failing_dataset> loader(dataset, plan, 0, {}, {3, 4});
-    CHECK(thread_count() <= before + 3);  // a worker that met the failure may have ended already
+    CHECK(test::thread_count() <= before + 3);  // a worker that met the failure may have ended already
     CHECK_THROWS_AS(
         [&] {
           while (loader.next()) {
@@ -260,7 +254,7 @@ TEST_CASE("after a failed read no loader thread is left, and a new loader over t
         }(),
         io_error);
   }
-  CHECK(thread_count() == before);
+  CHECK(test::thread_count() == before);
   batch_loader<indexed_dataset> again(alpaca(), plan, 0, {}, {2, 2});
   std::uint64_t steps = 0;
   while (auto batch = again.next()) ++steps;
@@ -273,7 +267,7 @@ TEST_CASE("a consumer destroying the loader at random points, 1,000 times: no de
   const std::uint64_t steps = plan->schedule.steps();
   splitmix64 rng(12345);
   const auto draw = [&](std::uint64_t n) { return rng.below(n); };
-  const std::size_t before = thread_count();
+  const std::size_t before = test::thread_count();
   for (int round = 0; round < 1000; ++round) {
     const unsigned threads = 1 + static_cast<unsigned>(draw(4));
     const std::size_t depth = 1 + draw(4);
@@ -287,7 +281,7 @@ TEST_CASE("a consumer destroying the loader at random points, 1,000 times: no de
       if (draw(8) == 0) batch->release();  // released early, before the next is asked for
     }
   }  // each loader destroyed wherever its round stopped
-  CHECK(thread_count() == before);
+  CHECK(test::thread_count() == before);
 }
 
 TEST_CASE("a loss-mask file changed while loading fails the next batches clearly, as the dataset's") {

@@ -34,6 +34,7 @@
 #include "support/expect.hpp"
 #include "support/files.hpp"
 #include "support/paths.hpp"
+#include "support/threads.hpp"
 
 using namespace multipack;
 
@@ -158,6 +159,9 @@ TEST_CASE("one loader's threads and buffers serve every epoch: none made between
     epoch_loader<thread_recording_dataset> loader(dataset, recording_planner, 0, options, {threads, depth},
                                                   {.first = 0, .count = 4});
     CHECK(memory.allocations == static_cast<int>(depth));
+    // Its threads carry multipack's names, for whoever looks at the process (top -H, gdb).
+    CHECK(test::threads_named_once(detail::batch_thread_name, threads) == threads);
+    CHECK(test::threads_named_once(detail::plan_thread_name, 1) == 1);
     std::uint64_t epoch = 0;
     while (auto b = loader.next()) {
       REQUIRE((*b)->epoch >= epoch);
@@ -169,6 +173,8 @@ TEST_CASE("one loader's threads and buffers serve every epoch: none made between
     CHECK(loader.statistics().boundaries == 3);
   }
   CHECK(memory.live == 0);
+  CHECK(test::threads_named_once(detail::batch_thread_name, 0) == 0);  // every thread joined
+  CHECK(test::threads_named_once(detail::plan_thread_name, 0) == 0);
   CHECK(batches > 4 * 10);
   // The same worker threads read every epoch's samples, and one thread planned every later epoch.
   CHECK(recorded.readers->size() <= threads);

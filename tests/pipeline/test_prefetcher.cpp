@@ -24,6 +24,7 @@
 #include "multipack/core/random.hpp"
 #include "multipack/pipeline/prefetcher.hpp"
 #include "support/expect.hpp"
+#include "support/threads.hpp"
 
 using namespace multipack;
 
@@ -146,6 +147,17 @@ TEST_CASE("batches arrive in step order, each once, and never more than depth ah
       CHECK(s.consumer_wait_seconds >= 0);
     }
   }
+}
+
+TEST_CASE("the workers are named multipack-batch while the prefetcher lives, and all are joined") {
+  {
+    prefetcher<buffer> p({3, 4}, 0, 1000, make_buffer(), [](std::uint64_t step, buffer& b) { fill(step, b); });
+    CHECK(test::threads_named_once(detail::batch_thread_name, 3) == 3);
+    const auto batch = p.next();
+    REQUIRE(batch);
+    CHECK(batch->step() == 0);
+  }
+  CHECK(test::threads_named_once(detail::batch_thread_name, 0) == 0);
 }
 
 TEST_CASE("the consumer may hold several batches, up to depth - 1, and is told when it holds all") {

@@ -48,6 +48,7 @@
 #include <vector>
 
 #include "multipack/core/concepts.hpp"
+#include "multipack/core/detail/thread_name.hpp"
 #include "multipack/core/error.hpp"
 #include "multipack/pipeline/batch_loader.hpp"
 #include "multipack/pipeline/prefetcher.hpp"
@@ -451,7 +452,11 @@ class epoch_loader {
   // constructor throws).
   class planning_thread {
    public:
-    explicit planning_thread(epoch_loader& loader) : loader_(loader), thread_([&loader] { loader.plan_later_epochs(); }) {}
+    explicit planning_thread(epoch_loader& loader)
+        : loader_(loader), thread_([&loader] {
+            detail::name_this_thread(detail::plan_thread_name);
+            loader.plan_later_epochs();
+          }) {}
     planning_thread(const planning_thread&) = delete;
     planning_thread& operator=(const planning_thread&) = delete;
     ~planning_thread() {

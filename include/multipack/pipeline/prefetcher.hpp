@@ -36,6 +36,7 @@
 #include <utility>
 #include <vector>
 
+#include "multipack/core/detail/thread_name.hpp"
 #include "multipack/core/error.hpp"
 #include "multipack/pipeline/detail/blocking_queue.hpp"
 
@@ -271,7 +272,11 @@ class prefetcher {
     }
     workers_.reserve(options.threads);
     try {
-      for (unsigned t = 0; t < options.threads; ++t) workers_.emplace_back([this, t] { work(tokens_[t]); });
+      for (unsigned t = 0; t < options.threads; ++t)
+        workers_.emplace_back([this, t] {
+          detail::name_this_thread(detail::batch_thread_name);
+          work(tokens_[t]);
+        });
     } catch (...) {
       stop();
       throw;

@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "multipack/core/detail/thread_name.hpp"
 #include "multipack/core/error.hpp"
 #include "multipack/core/packed_rows.hpp"
 #include "multipack/core/piece.hpp"
@@ -34,7 +35,10 @@ void run_parts(std::size_t parts, const Work& work) noexcept {
   std::vector<std::thread> threads;
   for (std::size_t part = 1; part < parts; ++part) {
     try {
-      threads.emplace_back([&work, part] { work(part); });
+      threads.emplace_back([&work, part] {
+        name_this_thread(pack_thread_name);
+        work(part);
+      });
     } catch (...) {  // std::system_error (no thread), std::bad_alloc
       work(part);
     }

@@ -1,0 +1,48 @@
+#pragma once
+// This process's threads and their names, from /proc/self/task (Linux): for the tests that
+// check which threads a stage starts, that they carry multipack's names, and that none is
+// left once the stage is gone.
+
+#include <chrono>
+#include <cstddef>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+namespace multipack::test {
+
+/// Threads of this process. A thread just joined may be listed until the kernel reaps it.
+inline std::size_t thread_count() {
+  std::size_t n = 0;
+  for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator("/proc/self/task")) ++n;
+  return n;
+}
+
+/// Threads of this process named `name` (pthread_setname_np; a thread not named has its
+/// program's name).
+inline std::size_t threads_named(std::string_view name) {
+  std::size_t n = 0;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream comm(entry.path() / "comm");
+    std::string line;
+    if (std::getline(comm, line) && line == name) ++n;  // a thread gone since the listing has no line
+  }
+  return n;
+}
+
+/// threads_named(name), once it is `expected` or after 10 s: a thread names itself when it
+/// starts, and a joined one is listed until the kernel reaps it. Bounds a wait; times nothing.
+inline std::size_t threads_named_once(std::string_view name, std::size_t expected) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  std::size_t n = threads_named(name);
+  while (n != expected && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    n = threads_named(name);
+  }
+  return n;
+}
+
+}  // namespace multipack::test
