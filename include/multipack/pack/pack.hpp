@@ -103,8 +103,8 @@ namespace detail {
 }
 
 /// Whether exact_fit's rows are over 1.0001 x the lower bound + 1: then pack() tries again with
-/// a mixed tail. (Tighter than the 1.0005 x options.hpp promises: where a second packing helps,
-/// Alpaca at 1,024 tokens 1.00046 x, it reaches the bound, for about 10 ms a million samples.)
+/// a mixed tail. (Tighter than the 1.0005 x + 1 the tests hold it to: Alpaca at 1,024 tokens,
+/// 1.00046 x, reaches the bound in a second packing, for about 10 ms a million samples.)
 [[nodiscard]] inline bool over_exact_fit_bound(const pack_report& report) noexcept {
   return report.rows > report.lower_bound + report.lower_bound / 10000 + 1;
 }
@@ -157,10 +157,12 @@ namespace detail {
 /// shares no state between calls.
 ///
 /// exact_fit ending more than 1/10,000 of the lower bound and one row over it (rows of a few
-/// samples each: Alpaca below 2,048 tokens) packs a second time, into the first's memory, with
-/// the last quarter of its rows mixed (packing_algorithm::exact_fit), and returns whichever
-/// packing has fewer rows (the first, made a third time, unless the second has fewer): there,
-/// about 2.5 x the time and no more memory, for 0.3 % fewer rows at 512 tokens.
+/// samples each: Alpaca at 192 to 1,024 tokens) packs a second time, into the first's memory,
+/// with the last quarter of its rows mixed (packing_algorithm::exact_fit), and returns
+/// whichever packing has fewer rows (the first, made a third time, unless the second has
+/// fewer): no more memory, and 2.5 x the time for 0.3 % fewer rows at 512 tokens; at 192 and
+/// 256 tokens (two samples a row) the second has more rows, and the three packings take 3 x
+/// the time for the first's rows.
 [[nodiscard]] inline packing pack(std::span<const std::uint32_t> lengths, const pack_options& options) {
   return pack(lengths, options, packing{});
 }
