@@ -509,7 +509,8 @@ class Loader(_Epochs):
         mean_ready, max_ready, elapsed_seconds) and the epoch boundaries' (boundaries,
         boundary_wait_seconds, max_boundary_wait_seconds beside max_step_wait_seconds, the
         longest wait for any other batch; planning_seconds of the later epochs' plans,
-        plan_wait_seconds of the workers waiting for one)."""
+        plan_wait_seconds of the workers waiting for one). Any thread may call it, also while
+        another iterates the loader."""
         if self._batches is not None and not self._batches.closed:
             return self._batches.statistics()
         if self._last_statistics is None:

@@ -134,6 +134,39 @@ TEST_CASE("every epoch's batches, in order, are its plan's rows collated, whatev
   }
 }
 
+TEST_CASE("statistics() from another thread while the consumer iterates: figures that only grow") {
+  // A trainer's monitoring thread, or Python's close() from another thread, reads the
+  // statistics while the consumer waits in next(): under ThreadSanitizer this was a data race
+  // on every figure next() updates.
+  const auto lengths = alpaca_lengths();
+  epoch_loader<indexed_dataset> loader(alpaca(), plan_each_epoch(lengths, alpaca_packing, alpaca_schedule), 0, {},
+                                       {2, 2}, {.first = 0, .count = 3});
+  std::atomic<bool> done{false};
+  std::uint64_t reads = 0;
+  bool grew_only = true;
+  std::thread monitor([&] {
+    epoch_loader_statistics last;
+    while (!done.load()) {
+      const epoch_loader_statistics s = loader.statistics();
+      grew_only = grew_only && s.prefetch.batches >= last.prefetch.batches && s.boundaries >= last.boundaries &&
+                  s.boundary_wait_seconds >= last.boundary_wait_seconds &&
+                  s.max_step_wait_seconds >= last.max_step_wait_seconds &&
+                  s.prefetch.consumer_wait_seconds >= last.prefetch.consumer_wait_seconds &&
+                  s.prefetch.max_ready >= last.prefetch.max_ready && s.boundaries <= 2;
+      last = s;
+      ++reads;
+    }
+  });
+  std::uint64_t batches = 0;
+  while (auto b = loader.next()) ++batches;
+  done = true;
+  monitor.join();
+  CHECK(grew_only);
+  CHECK(reads > 0);
+  CHECK(loader.statistics().prefetch.batches == batches);
+  CHECK(loader.statistics().boundaries == 2);
+}
+
 TEST_CASE("one loader's threads and buffers serve every epoch: none made between epochs") {
   const thread_recording_dataset recorded{alpaca()};
   const auto dataset = std::make_shared<const thread_recording_dataset>(recorded);

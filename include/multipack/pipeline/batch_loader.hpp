@@ -311,6 +311,7 @@ class batch_loader {
   /// to give the buffer back; at most depth - 1 may be held at once. Consumer thread only.
   [[nodiscard]] std::optional<lease> next() { return prefetcher_.next(); }
 
+  /// The prefetcher's statistics so far; thread-safe (prefetcher::statistics). O(1).
   [[nodiscard]] prefetch_statistics statistics() const { return prefetcher_.statistics(); }
   [[nodiscard]] const batch_layout& layout() const noexcept { return layout_; }
   /// The plan of the plan form. Throws option_error for a loader made from steps.

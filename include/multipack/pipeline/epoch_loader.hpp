@@ -51,6 +51,7 @@
 #include "multipack/core/detail/thread_name.hpp"
 #include "multipack/core/error.hpp"
 #include "multipack/pipeline/batch_loader.hpp"
+#include "multipack/pipeline/detail/consumer_figure.hpp"
 #include "multipack/pipeline/prefetcher.hpp"
 #include "multipack/schedule/plan.hpp"
 
@@ -178,11 +179,11 @@ class epoch_loader {
     if (b) {
       const bool boundary = delivered_ > 0 && (*b)->epoch != last_epoch_;
       if (boundary) {
-        ++boundaries_;
-        boundary_wait_ += waited;
-        max_boundary_wait_ = std::max(max_boundary_wait_, waited);
+        boundaries_.add(1);
+        boundary_wait_.add(waited);
+        max_boundary_wait_.raise_to(waited);
       } else if (delivered_ > 0) {
-        max_step_wait_ = std::max(max_step_wait_, waited);
+        max_step_wait_.raise_to(waited);
       }
       last_epoch_ = (*b)->epoch;
       ++delivered_;
@@ -190,14 +191,16 @@ class epoch_loader {
     return b;
   }
 
-  /// Statistics so far. Consumer thread only. O(1).
+  /// Statistics so far. Thread-safe, as the prefetcher's: any thread may ask while the
+  /// consumer waits in next() (a trainer's monitoring thread; Python's close() from another
+  /// thread). O(1).
   [[nodiscard]] epoch_loader_statistics statistics() const {
     epoch_loader_statistics s;
     s.prefetch = prefetcher_.statistics();
-    s.boundaries = boundaries_;
-    s.boundary_wait_seconds = boundary_wait_;
-    s.max_boundary_wait_seconds = max_boundary_wait_;
-    s.max_step_wait_seconds = max_step_wait_;
+    s.boundaries = boundaries_.get();
+    s.boundary_wait_seconds = boundary_wait_.get();
+    s.max_boundary_wait_seconds = max_boundary_wait_.get();
+    s.max_step_wait_seconds = max_step_wait_.get();
     const std::lock_guard lock(mutex_);
     s.planning_seconds = planning_seconds_;
     s.plan_wait_seconds = plan_wait_seconds_;
@@ -444,10 +447,11 @@ class epoch_loader {
   // Consumer thread only.
   std::uint64_t delivered_ = 0;
   std::uint64_t last_epoch_ = 0;
-  std::uint64_t boundaries_ = 0;
-  double boundary_wait_ = 0;
-  double max_boundary_wait_ = 0;
-  double max_step_wait_ = 0;
+  // The statistics: next() updates them, statistics() may read them from any thread.
+  detail::consumer_figure<std::uint64_t> boundaries_;
+  detail::consumer_figure<double> boundary_wait_;
+  detail::consumer_figure<double> max_boundary_wait_;
+  detail::consumer_figure<double> max_step_wait_;
   // The planning thread, closed and joined after the workers (or when a later member's
   // constructor throws).
   class planning_thread {

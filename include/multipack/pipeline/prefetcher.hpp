@@ -39,6 +39,7 @@
 #include "multipack/core/detail/thread_name.hpp"
 #include "multipack/core/error.hpp"
 #include "multipack/pipeline/detail/blocking_queue.hpp"
+#include "multipack/pipeline/detail/consumer_figure.hpp"
 
 namespace multipack {
 
@@ -182,19 +183,19 @@ class prefetcher {
                          " buffers; release a batch before asking for the next");
     built& slot = arrived_[expected_ % depth_];
     const std::size_t ready = arrived_count_ + ready_.size_approx();
-    max_ready_ = std::max(max_ready_, ready);
-    ready_sum_ += static_cast<double>(ready);
-    ++next_calls_;
+    max_ready_.raise_to(ready);
+    ready_sum_.add(static_cast<double>(ready));
+    next_calls_.add(1);
     while (slot.buffer == nullptr) {
       built item;
-      if (delivered_ == 0) {
+      if (delivered_.get() == 0) {
         ready_.wait_dequeue(item);
       } else {
         const auto start = clock::now();
         ready_.wait_dequeue(item);
-        const auto waited = clock::now() - start;
-        wait_ += waited;
-        max_wait_ = std::max(max_wait_, waited);
+        const clock::rep waited = (clock::now() - start).count();
+        wait_.add(waited);
+        max_wait_.raise_to(waited);
       }
       arrived_[item.step % depth_] = std::move(item);
       ++arrived_count_;
@@ -213,21 +214,23 @@ class prefetcher {
       return std::nullopt;
     }
     ++expected_;
-    ++delivered_;
+    delivered_.add(1);
     pool_->held.fetch_add(1, std::memory_order_acq_rel);
     return lease(pool_, item.buffer, item.step);
   }
 
-  /// Statistics so far. Consumer thread only. O(1).
+  /// Statistics so far. Thread-safe: any thread may ask while the consumer waits in next()
+  /// (each figure is one next() stored; two may come from successive calls). O(1).
   [[nodiscard]] prefetch_statistics statistics() const {
     prefetch_statistics s;
-    s.batches = delivered_;
-    s.consumer_wait_seconds = std::chrono::duration<double>(wait_).count();
+    s.batches = delivered_.get();
+    s.consumer_wait_seconds = std::chrono::duration<double>(clock::duration(wait_.get())).count();
     s.producer_busy_seconds = static_cast<double>(busy_ns_.load(std::memory_order_relaxed)) * 1e-9;
     s.elapsed_seconds = std::chrono::duration<double>(clock::now() - start_).count();
-    s.max_ready = max_ready_;
-    s.mean_ready = next_calls_ == 0 ? 0.0 : ready_sum_ / static_cast<double>(next_calls_);
-    s.max_wait_seconds = std::chrono::duration<double>(max_wait_).count();
+    s.max_ready = max_ready_.get();
+    const std::uint64_t calls = next_calls_.get();
+    s.mean_ready = calls == 0 ? 0.0 : ready_sum_.get() / static_cast<double>(calls);
+    s.max_wait_seconds = std::chrono::duration<double>(clock::duration(max_wait_.get())).count();
     return s;
   }
 
@@ -341,14 +344,15 @@ class prefetcher {
   std::size_t arrived_count_ = 0;  // batches in arrived_: counted, not scanned for (O(1) a next())
   std::atomic<bool> stopping_{false};
   std::exception_ptr failure_;
-  std::uint64_t delivered_ = 0;
+  // The statistics: next() updates them, statistics() may read them from any thread.
+  detail::consumer_figure<std::uint64_t> delivered_;
   std::atomic<std::uint64_t> busy_ns_{0};
-  clock::duration wait_{};
-  clock::duration max_wait_{};
+  detail::consumer_figure<clock::rep> wait_;
+  detail::consumer_figure<clock::rep> max_wait_;
   clock::time_point start_;
-  std::size_t max_ready_ = 0;
-  double ready_sum_ = 0;
-  std::uint64_t next_calls_ = 0;
+  detail::consumer_figure<std::size_t> max_ready_;
+  detail::consumer_figure<double> ready_sum_;
+  detail::consumer_figure<std::uint64_t> next_calls_;
   std::vector<moodycamel::ProducerToken> tokens_;
   std::vector<std::thread> workers_;
 };
