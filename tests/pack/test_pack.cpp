@@ -75,6 +75,24 @@ std::vector<std::vector<piece>> naive_decreasing(const std::vector<std::uint32_t
   return rows;
 }
 
+/// check(lengths, options) for exact_fit on 120 generated shapes (capacities 1 to 4,096), each
+/// under every tolerant overlong policy, a third of them with max_per_row 3.
+template <class Check>
+void for_each_generated_exact_fit_case(const Check& check) {
+  for (std::uint64_t seed = 0; seed < 120; ++seed) {
+    const std::uint32_t capacities[] = {1, 7, 64, 512, 4096};
+    const std::uint32_t capacity = capacities[seed % 5];
+    const std::vector<std::uint32_t> lengths = generated_lengths(seed, capacity);
+    for (const overlong_policy policy : tolerant_policies) {
+      const pack_options options{capacity, packing_algorithm::exact_fit, policy,
+                                 static_cast<std::uint32_t>(seed % 3 == 0 ? 3 : 0), 0};
+      CAPTURE(seed);
+      CAPTURE(to_string(policy));
+      check(lengths, options);
+    }
+  }
+}
+
 std::vector<std::vector<piece>> as_nested(const packed_rows& rows) {
   std::vector<std::vector<piece>> nested;
   for (std::size_t r = 0; r < rows.size(); ++r) nested.emplace_back(rows[r].begin(), rows[r].end());
@@ -218,18 +236,9 @@ TEST_CASE("exact fit's second packing: valid, the same for any threads, and kept
     const bool second_kept = detail::over_exact_fit_bound(first.report) && second.report.rows < first.report.rows;
     CHECK(pack(lengths, options).rows == (second_kept ? second.rows : first.rows));
   };
-  for (std::uint64_t seed = 0; seed < 120; ++seed) {
-    const std::uint32_t capacities[] = {1, 7, 64, 512, 4096};
-    const std::uint32_t capacity = capacities[seed % 5];
-    const std::vector<std::uint32_t> lengths = generated_lengths(seed, capacity);
-    for (const overlong_policy policy : tolerant_policies) {
-      const pack_options options{capacity, packing_algorithm::exact_fit, policy,
-                                 static_cast<std::uint32_t>(seed % 3 == 0 ? 3 : 0), 0};
-      CAPTURE(seed);
-      CAPTURE(to_string(policy));
-      check_choice(lengths, options, check_second_packing(lengths, options));
-    }
-  }
+  for_each_generated_exact_fit_case([&](const std::vector<std::uint32_t>& lengths, const pack_options& options) {
+    check_choice(lengths, options, check_second_packing(lengths, options));
+  });
   splitmix64 rng(31);
   const std::uint32_t capacity = 512;
   const std::vector<std::uint32_t> resampled = test::resampled_alpaca_lengths(1'100'000, rng);
@@ -582,18 +591,7 @@ TEST_CASE("exact fit's repeated rows are exactly the rows filled one at a time")
   // Generated shapes, with max_per_row and every tolerant policy; then, filled in halves,
   // Alpaca resampled and many samples near the capacity (rows of one long sample and a
   // closing pair, the rows that repeat most).
-  for (std::uint64_t seed = 0; seed < 120; ++seed) {
-    const std::uint32_t capacities[] = {1, 7, 64, 512, 4096};
-    const std::uint32_t capacity = capacities[seed % 5];
-    const std::vector<std::uint32_t> lengths = generated_lengths(seed, capacity);
-    for (const overlong_policy policy : tolerant_policies) {
-      const pack_options options{capacity, packing_algorithm::exact_fit, policy,
-                                 static_cast<std::uint32_t>(seed % 3 == 0 ? 3 : 0), 0};
-      CAPTURE(seed);
-      CAPTURE(to_string(policy));
-      check_repeated_rows(lengths, options);
-    }
-  }
+  for_each_generated_exact_fit_case(check_repeated_rows);
   splitmix64 rng(29);
   const std::uint32_t capacity = 2048;
   std::vector<std::uint32_t> resampled = test::resampled_alpaca_lengths(1'100'000, rng);
