@@ -4,7 +4,6 @@ import os
 import pathlib
 import subprocess
 import time
-from typing import Optional
 
 import numpy as np
 import pytest

@@ -8,8 +8,8 @@
 
 namespace multipack::detail {
 
-/// The prefix of every name below: the threads of this process that are multipack's.
-inline constexpr char thread_name_prefix[] = "multipack-";
+// Every name starts with "multipack-": the threads of a process that are multipack's.
+
 /// A prefetcher's workers, which build the batches.
 inline constexpr char batch_thread_name[] = "multipack-batch";
 /// An epoch loader's thread, which plans the later epochs.
