@@ -8,9 +8,10 @@
         ...                                              # a dict of numpy arrays (or tensors)
 
 Every plan is a pure function of the lengths and the options (seed, epoch): every rank computes
-the same one, with no communication, and takes exactly the same number of steps. The errors of
-the C++ library arrive with its messages, as ``OptionError``/``SampleError``/``FormatError``
-(ValueErrors) and ``FileError`` (an OSError), each also an ``Error``.
+the same one, with no communication, and takes exactly the same number of steps. A bad value,
+whether this package or the C++ library finds it, is an ``OptionError``/``SampleError``/
+``FormatError`` (ValueErrors) or a ``FileError`` (an OSError), each also an ``Error``, with the
+C++ library's message where it found it; a value of the wrong type is a ``TypeError``.
 """
 
 from __future__ import annotations
@@ -41,14 +42,14 @@ _UINT64 = 2**64 - 1
 
 
 def _count(name: str, value: Any, least: int = 0, most: int = _UINT32) -> int:
-    """An integer option as the C++ side takes it, or a ValueError/TypeError naming it."""
+    """An integer option as the C++ side takes it, or an OptionError/TypeError naming it."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"{name} must be an integer, got {type(value).__name__} {value!r}")
     value = int(value)
     if value < least:
-        raise ValueError(f"{name} = {value}: must be at least {least}")
+        raise OptionError(f"{name} = {value}: must be at least {least}")
     if value > most:  # the type's bound; a lower one of the C++ side is checked there
-        raise ValueError(f"{name} = {value}: must be at most {most}")
+        raise OptionError(f"{name} = {value}: must be at most {most}")
     return value
 
 
@@ -152,7 +153,7 @@ class _Epochs:
         self._world_size = _count("world_size", world_size, 1)
         self._rank = _count("rank", rank)
         if self.rank >= self.world_size:
-            raise ValueError(f"rank {self.rank} is outside the world of {self.world_size} ranks")
+            raise OptionError(f"rank {self.rank} is outside the world of {self.world_size} ranks")
         self._micro_batch = _count("micro_batch", micro_batch, 1)
         self._capacity = _count("capacity", capacity, 1)
         self._seed = _count("seed", seed, 0, _UINT64)
@@ -251,17 +252,17 @@ class _Epochs:
         what the interrupted one would have yielded next (nothing, when it was saved after the
         epoch's last step). With another world size or micro-batch, that iteration covers the
         rows of the epoch not yet trained on; later iterations of the epoch cover all of it.
-        Raises ValueError, changing nothing, when the state is another run's (other plan
-        options or lengths) or does not fit this epoch."""
+        Raises OptionError (a ValueError), changing nothing, when the state is another run's
+        (other plan options or lengths) or does not fit this epoch."""
         for key in ("epoch", "step", "world_size", "micro_batch", "consumed_rows", "plan_consumed_rows",
                     *self._PLAN_STATE, "samples", "tokens"):
             if key not in state:
-                raise ValueError(f"load_state_dict: the state has no {key!r} (keys: {sorted(state)})")
+                raise OptionError(f"load_state_dict: the state has no {key!r} (keys: {sorted(state)})")
         expected = {key: getattr(self, key) for key in self._PLAN_STATE}
         expected.update(self._lengths_state())
         for key, value in expected.items():
             if state[key] != value:
-                raise ValueError(f"load_state_dict: the state was saved with {key} {state[key]!r}, this one has "
+                raise OptionError(f"load_state_dict: the state was saved with {key} {state[key]!r}, this one has "
                                  f"{key} {value!r}: its plan would be another")
         epoch = _count("epoch", state["epoch"], 0, _UINT64)
         step = _count("step", state["step"], 0, _UINT64)
@@ -276,7 +277,7 @@ class _Epochs:
         try:
             steps = self.plan().steps  # a consumed_rows past the epoch's rows fails here
             if step > steps:
-                raise ValueError(f"load_state_dict: step {step} is past the epoch's {steps} steps")
+                raise OptionError(f"load_state_dict: step {step} is past the epoch's {steps} steps")
         except BaseException:
             self._epoch, self._consumed_rows, self._start_step, self._next_step, self._iterated = before
             raise
@@ -326,7 +327,7 @@ class BatchSampler(_Epochs, _SamplerBase):
                  max_per_row: int = 0, remainder: str = "pad", balance: bool = True, epoch: int = 0,
                  pack_threads: int = 1, all_ranks: bool = False):
         if overlong == "split":
-            raise ValueError("BatchSampler: overlong='split' cuts samples into pieces, which lists of sample "
+            raise OptionError("BatchSampler: overlong='split' cuts samples into pieces, which lists of sample "
                              "indices cannot express; use overlong='drop' or 'truncate', or multipack.Loader")
         self._all_ranks = _flag("all_ranks", all_ranks)
         if self._all_ranks and rank is None:
@@ -408,9 +409,9 @@ class Loader(_Epochs):
         self._dataset = _multipack.Dataset(_paths(paths))
         dtype = np.dtype(dtype)
         if dtype not in (np.dtype(np.int32), np.dtype(np.int64)):
-            raise ValueError(f"dtype must be int32 or int64, got {dtype}")
+            raise OptionError(f"dtype must be int32 or int64, got {dtype}")
         if prompt_lengths is not None and loss_mask is not None:
-            raise ValueError("give prompt_lengths or loss_mask, not both")
+            raise OptionError("give prompt_lengths or loss_mask, not both")
         if as_torch and _torch is None:
             raise ImportError("as_torch=True needs torch, which cannot be imported here")
         self._batches_type = _multipack.EpochLoader64 if dtype == np.dtype(np.int64) else _multipack.EpochLoader32
@@ -436,7 +437,7 @@ class Loader(_Epochs):
                          overlong, max_per_row, remainder, balance, pack_threads)
         self._start_step = self._next_step = _count("start_step", start_step, 0, _UINT64)
         if self._start_step > self.plan().steps:
-            raise ValueError(f"start_step {self._start_step} is past the epoch's {self.plan().steps} steps")
+            raise OptionError(f"start_step {self._start_step} is past the epoch's {self.plan().steps} steps")
         # The first iteration's loader starts now: its workers build while the trainer sets up,
         # and a mask or file that does not fit fails here rather than at the first batch.
         if self._start_step < self.plan().steps:
@@ -450,7 +451,7 @@ class Loader(_Epochs):
         if isinstance(value, (list, tuple)) and value and all(isinstance(v, (str, os.PathLike)) for v in value):
             sizes = self.dataset.shard_sizes
             if len(value) != len(sizes):
-                raise ValueError(f"prompt_lengths: {len(value)} files for {len(sizes)} prefixes: give one a prefix, "
+                raise OptionError(f"prompt_lengths: {len(value)} files for {len(sizes)} prefixes: give one a prefix, "
                                  f"in the same order, or one file for all")
             parts = []
             for path, size in zip(value, sizes):
@@ -465,7 +466,7 @@ class Loader(_Epochs):
             raise TypeError(f"prompt_lengths must be a file, a list of files or a one-dimensional integer array, "
                             f"got {type(value).__name__}")
         if array.size and (array.min() < 0 or array.max() > _UINT32):
-            raise ValueError("prompt_lengths: a value is negative or larger than 4294967295")
+            raise FormatError("prompt_lengths: a value is negative or larger than 4294967295")
         return array.astype(np.uint32)
 
     def _start(self, start_step: int):
@@ -514,7 +515,7 @@ class Loader(_Epochs):
         if self._batches is not None and not self._batches.closed:
             return self._batches.statistics()
         if self._last_statistics is None:
-            raise ValueError("statistics: no iteration has run")
+            raise OptionError("statistics: no iteration has run")
         return self._last_statistics
 
     def close(self) -> None:

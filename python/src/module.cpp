@@ -59,8 +59,8 @@ class lengths_argument {
     const py::module_ numpy = py::module_::import("numpy");
     py::array array = numpy.attr("asarray")(values);
     if (array.ndim() != 1)
-      throw py::value_error(std::string(what) + ": expected a one-dimensional array of lengths, got " +
-                            std::to_string(array.ndim()) + " dimensions");
+      throw option_error(std::string(what) + ": expected a one-dimensional array of lengths, got " +
+                       std::to_string(array.ndim()) + " dimensions");
     const char kind = array.dtype().kind();
     if (array.size() == 0) return;  // [] is float64 to numpy: no values, no type to check
     if (kind != 'i' && kind != 'u')

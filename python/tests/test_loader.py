@@ -112,7 +112,7 @@ def test_len_is_the_step_count_and_every_sample_comes_once(prefix, lengths):
     expected = collections.Counter(s.astype(np.int32).tobytes() for s in indexed_samples(prefix) if len(s) > 0)
     assert seen == expected
     # pack_threads reaches the plan's packing (the sampler's test compares the plans).
-    with pytest.raises(ValueError, match="at most 256"):
+    with pytest.raises(multipack.OptionError, match="at most 256"):
         multipack.Loader(prefix, capacity=4096, world_size=1, rank=0, pack_threads=257)
 
 
@@ -228,23 +228,31 @@ def test_torch_tensors_over_the_same_memory(prefix):
 
 
 def test_errors_carry_the_library_message(prefix, tmp_path):
+    short = tmp_path / "short_prompts.txt"
+    short.write_text("1\n2\n3\n")
     with pytest.raises(ValueError, match="missing"):
         multipack.Loader(str(tmp_path / "missing"), world_size=1, rank=0)
-    with pytest.raises(ValueError, match="outside"):
+    with pytest.raises(multipack.OptionError, match="outside"):
         multipack.Loader(prefix, world_size=2, rank=5)
-    with pytest.raises(ValueError, match="int32 or int64"):
+    with pytest.raises(multipack.OptionError, match="int32 or int64"):
         multipack.Loader(prefix, world_size=1, rank=0, dtype=np.float32)
-    with pytest.raises(ValueError, match="threads"):
+    with pytest.raises(multipack.OptionError, match="threads"):
         multipack.Loader(prefix, world_size=1, rank=0, threads=0)
-    with pytest.raises(ValueError, match="depth = 1: must be at least 2"):  # a for loop holds one batch
+    with pytest.raises(multipack.OptionError, match="depth = 1: must be at least 2"):  # a for loop holds one batch
         multipack.Loader(prefix, world_size=1, rank=0, depth=1)
+    with pytest.raises(multipack.OptionError, match="not both"):
+        multipack.Loader(prefix, world_size=1, rank=0, prompt_lengths=[0] * 5000, loss_mask=prefix)
+    with pytest.raises(multipack.OptionError, match="start_step 100000 is past"):
+        multipack.Loader(prefix, world_size=1, rank=0, start_step=100_000)
+    with pytest.raises(multipack.OptionError, match="2 files for 1 prefixes"):
+        multipack.Loader(prefix, world_size=1, rank=0, prompt_lengths=[short, short])
+    with pytest.raises(multipack.FormatError, match="negative"):
+        multipack.Loader(prefix, world_size=1, rank=0, prompt_lengths=np.full(5000, -1))
     with pytest.raises(TypeError, match="train_on_inputs must be True or False"):  # "false" would be truthy
         multipack.Loader(prefix, world_size=1, rank=0, train_on_inputs="false")
     with pytest.raises(multipack.FormatError, match="prompt"):
         multipack.Loader(prefix, world_size=1, rank=0, prompt_lengths=[1, 2, 3])
     # A file of another dataset's prompt lengths: the error names the file given.
-    short = tmp_path / "short_prompts.txt"
-    short.write_text("1\n2\n3\n")
     with pytest.raises(multipack.FormatError, match="short_prompts.txt"):
         multipack.Loader(prefix, world_size=1, rank=0, prompt_lengths=short)
     # A truncated index: the message names the file and what is wrong, as the C++ one does.

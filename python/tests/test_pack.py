@@ -153,8 +153,9 @@ def test_empty_and_zero_lengths():
     ([2**40], ValueError, "sample 0"),
 ])
 def test_bad_lengths_are_refused(lengths, error, message):
-    with pytest.raises(error, match=message):
+    with pytest.raises(error, match=message) as caught:
         multipack.pack(lengths, 16)
+    assert error is TypeError or isinstance(caught.value, multipack.Error)  # except multipack.Error takes it
 
 
 @pytest.mark.parametrize("options, error, message", [
@@ -170,5 +171,6 @@ def test_bad_lengths_are_refused(lengths, error, message):
 ])
 def test_bad_options_are_refused(lengths, options, error, message):
     arguments = {"capacity": 2048, **options}
-    with pytest.raises(error, match=message):
+    with pytest.raises(error, match=message) as caught:
         multipack.pack(lengths, **arguments)
+    assert error is TypeError or isinstance(caught.value, multipack.Error)  # the package's checks too
