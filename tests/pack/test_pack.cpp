@@ -398,7 +398,7 @@ std::uint64_t optimal_rows(std::vector<std::uint32_t> items, std::uint32_t capac
 
 }  // namespace
 
-TEST_CASE("the lower bound on rows is never above the optimum, and finds gaps short samples cannot fill") {
+TEST_CASE("the lower bound on rows is never above the optimum, and finds gaps short samples cannot fill and rows of two") {
   // Three samples of 7 in rows of 10 leave gaps of 3 that no sample of 4 fits: 5 rows, though
   // the tokens (33) fit 4 and only 3 samples are over half a row.
   const packing gaps = pack(std::vector<std::uint32_t>{7, 4, 7, 4, 7, 4}, pack_options{10});
@@ -431,6 +431,34 @@ TEST_CASE("the lower bound on rows is never above the optimum, and finds gaps sh
     above_old_bound += result.report.lower_bound > std::max((tokens + capacity - 1) / capacity, over_half) ? 1 : 0;
   }
   CHECK(above_old_bound > 50);  // the cases the tokens and the long samples alone miss are tested
+
+  // Samples over a third of a row, two a row at most: five of 65 tokens in rows of 192 take 3
+  // rows, though the tokens (325) fit 2 and none is over half a row.
+  const packing thirds = pack(std::vector<std::uint32_t>(5, 65), pack_options{192});
+  CHECK(thirds.report.lower_bound == 3);
+  CHECK(thirds.report.rows == 3);
+  // Samples over a third and at most half a row, exactly a third, and over two thirds: the
+  // bound is the optimum (found by exhaustive search), which tokens and gaps underestimate.
+  std::uint64_t above_tokens = 0;
+  for (int trial = 0; trial < 500; ++trial) {
+    const auto capacity = static_cast<std::uint32_t>(6 + rng.below(60));
+    std::vector<std::uint32_t> lengths(1 + rng.below(9));
+    for (auto& length : lengths) {
+      const std::uint64_t kind = rng.below(8);
+      length = static_cast<std::uint32_t>(kind == 0   ? 2 * capacity / 3 + 1 + rng.below(capacity - 2 * capacity / 3)
+                                          : kind == 1 ? (capacity + 2) / 3  // a third, or just over it
+                                                      : capacity / 3 + 1 + rng.below(capacity / 2 - capacity / 3));
+    }
+    CAPTURE(trial);
+    const packing result = pack(lengths, pack_options{capacity});
+    const std::uint64_t optimum = optimal_rows(lengths, capacity, 0);
+    CHECK(result.report.lower_bound == optimum);
+    CHECK(result.report.rows == optimum);
+    std::uint64_t tokens = 0;
+    for (const std::uint32_t length : lengths) tokens += length;
+    above_tokens += optimum > (tokens + capacity - 1) / capacity ? 1 : 0;
+  }
+  CHECK(above_tokens > 100);
 }
 
 TEST_CASE("threads split the passes over the samples: the same packing for any count") {

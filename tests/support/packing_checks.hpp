@@ -27,8 +27,8 @@ inline std::uint64_t kept_tokens(std::uint32_t length, const pack_options& optio
 
 /// The report's bound, recomputed from the definition for every k at once, not incrementally:
 /// Martello and Toth's L2 (at k = 1 the larger of the tokens' bound and the items over half a
-/// row), and the items over max_per_row items a row. L2 can only grow between two lengths of
-/// items, so the k worth trying are 1 and those lengths.
+/// row), Fekete and Schepers' bound with u^(2), and the items over max_per_row items a row. L2
+/// can only grow between two lengths of items, so the k worth trying are 1 and those lengths.
 inline std::uint64_t rows_lower_bound(const std::vector<std::uint32_t>& items, const pack_options& options) {
   const std::uint64_t capacity = options.capacity;
   std::map<std::uint64_t, std::uint64_t> count;  // length -> items
@@ -50,6 +50,11 @@ inline std::uint64_t rows_lower_bound(const std::vector<std::uint32_t>& items, c
     const std::uint64_t extra = small_tokens > room ? (small_tokens - room + capacity - 1) / capacity : 0;
     bound = std::max(bound, own_rows + extra);
   }
+  // Fekete and Schepers' u^(k)(x) = x where (k + 1) x is whole, else floor((k + 1) x) / k, with
+  // k = 2, x = l / capacity, in units of 1 / (2 capacity): no row's items sum past one.
+  std::uint64_t weights = 0;
+  for (const auto& [l, n] : count) weights += n * (3 * l % capacity == 0 ? 2 * l : 3 * l / capacity * capacity);
+  bound = std::max(bound, (weights + 2 * capacity - 1) / (2 * capacity));
   if (options.max_per_row != 0)
     bound = std::max<std::uint64_t>(bound, (items.size() + options.max_per_row - 1) / options.max_per_row);
   return bound;

@@ -24,7 +24,7 @@ enum class packing_algorithm : std::uint8_t {
   /// which it then opens with random samples (from a fixed seed), and keeps the packing with
   /// fewer rows: Alpaca at 512 tokens 1.00016 x the bound, at 768 and 1,024 at it, for about
   /// 2.5 x the time there; at 384 (three samples a row) 1.0044 x, where randomized_exact_fit
-  /// is at 1.0005 x; at 192 and 256 it keeps the first packing (1.014 and 1.004 x), after 3 x
+  /// is at 1.0005 x; at 192 and 256 it keeps the first packing (1.0018 and 1.004 x), after 3 x
   /// the time. O(n + rows * distinct lengths) worst case. Rows are grouped by
   /// length: the first rows hold the longest samples (after a second packing: of the first
   /// three quarters of each length).

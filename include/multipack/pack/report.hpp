@@ -14,10 +14,11 @@ struct pack_report {
   std::uint64_t pieces = 0;             ///< pieces in rows (a split sample has several)
   std::uint64_t rows = 0;
   std::uint32_t capacity = 0;
-  /// No packing of the packed pieces has fewer rows: Martello and Toth's L2 bound, which is at
-  /// least ceil(packed_tokens / capacity) and the number of pieces longer than capacity / 2
-  /// (no two share a row), and counts the gaps of long pieces too short for any short one;
-  /// with max_per_row, at least ceil(pieces / max_per_row).
+  /// No packing of the packed pieces has fewer rows: the larger of Martello and Toth's L2 bound,
+  /// which is at least ceil(packed_tokens / capacity) and the number of pieces longer than
+  /// capacity / 2 (no two share a row), and counts the gaps of long pieces too short for any
+  /// short one, and Fekete and Schepers' bound for pieces over a third of a row (at most two
+  /// share a row); with max_per_row, at least ceil(pieces / max_per_row).
   std::uint64_t lower_bound = 0;
   std::uint64_t empty_samples = 0;      ///< length 0: counted, not packed
   std::uint64_t dropped_samples = 0;    ///< longer than a row, policy drop
