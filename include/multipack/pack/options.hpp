@@ -20,14 +20,14 @@ enum class packing_algorithm : std::uint8_t {
   /// above it, on real length distributions (Alpaca from 2,048 tokens). With rows of a few
   /// samples its last rows are left with the shortest samples, of nearly one length, that no
   /// gap fits (Alpaca at 512 tokens: 1.003 x the bound). When it ends over 1.0001 x the
-  /// bound + 1, it packs again holding back a quarter of every length for its last rows,
-  /// which it then opens with random samples (from a fixed seed), and keeps the packing with
-  /// fewer rows: Alpaca at 512 tokens 1.00016 x the bound, at 768 and 1,024 at it, for about
-  /// 2.5 x the time there; at 384 (three samples a row) 1.0044 x, where randomized_exact_fit
-  /// is at 1.0005 x; at 192 and 256 it keeps the first packing (1.0018 and 1.004 x), after 3 x
-  /// the time. O(n + rows * distinct lengths) worst case. Rows are grouped by
-  /// length: the first rows hold the longest samples (after a second packing: of the first
-  /// three quarters of each length).
+  /// bound + 1, it packs again as randomized_exact_fit from a fixed seed (its rows mix lengths
+  /// to the end; exact_fit's rows still depend on neither seed nor epoch) and keeps the
+  /// packing with fewer rows. Alpaca, 10 M lengths: at 320 tokens 1.0092 to 1.0019 x the
+  /// bound, at 384 1.0044 to 1.0005 x, at 448 1.0023 to 1.00016 x, at 512 1.0031 to 1.00001 x,
+  /// from 768 at it, for 3-4 x the first packing's time; at 192 and 256 (two samples a row) it
+  /// keeps the first packing (1.0018 and 1.004 x), after about 4 x the time.
+  /// O(n + rows * distinct lengths) worst case. Rows are grouped by length, the first rows
+  /// holding the longest samples, unless the second packing is kept.
   exact_fit,
   /// Classical best-fit decreasing: samples longest first (ties: lowest index first), each into
   /// the open row with the least room that still fits it (ties: the earliest row). O(n log n).

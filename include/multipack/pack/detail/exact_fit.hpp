@@ -333,34 +333,6 @@ struct alignas(128) half_fill {
         position(start) {}
 };
 
-/// exact_fit's second try (pack() makes it when the first ends over the lower bound by more
-/// than 1/10,000 and one row): with rows of a few samples, taking the longest first leaves the
-/// last rows the shortest samples, of nearly one length, that no gap fits (Alpaca at 512
-/// tokens: the last 14,000 of 250,000 rows hold six samples of 75-86 tokens, 1.003 x the
-/// bound). The second try holds back a quarter of every length (mixed_tail_held_back), fills
-/// with the rest until 1/16 of it is left (mixed_tail_stop), and fills what is left with the
-/// held-back items under randomized_exact_fit's opening, from a fixed seed: the leftovers then
-/// meet samples of every length. Alpaca at 512 tokens: 1.00016 x the bound; 768 and 1,024 at
-/// it. Measured on 3 M Alpaca lengths at 512: holding back 1/8 to 1/128 left 1.0015-1.0024 x,
-/// a half or a third a few rows fewer for more time; stopping at 1/64 left 1.0014 x, at 1/4
-/// no fewer rows than at 1/16.
-inline constexpr std::uint32_t mixed_tail_held_back = 4;
-inline constexpr std::uint32_t mixed_tail_stop = 16;
-/// Any fixed value ("mixed_ta"): exact_fit's rows do not depend on pack_options::seed.
-inline constexpr std::uint64_t mixed_tail_seed = 0x6d697865645f7461ULL;
-
-/// Moves count[l] / mixed_tail_held_back items of each length below the capacity (a split
-/// sample's full pieces stay) from `count` into the result. O(capacity); throws std::bad_alloc.
-[[nodiscard]] inline std::vector<std::uint32_t> hold_back_for_mixed_tail(std::vector<std::uint32_t>& count,
-                                                                         std::size_t capacity) {
-  std::vector<std::uint32_t> held_back(count.size(), 0);
-  for (std::size_t l = 1; l < capacity; ++l) {
-    held_back[l] = count[l] / mixed_tail_held_back;
-    count[l] -= held_back[l];
-  }
-  return held_back;
-}
-
 /// exact_fit and randomized_exact_fit: the rows of the histogram's items (`count`), with the
 /// openings make_opening(items, k) gives (k: 0 for a whole fill, 1 and 2 for the halves, 3
 /// for the rest). With `halves` (fills_in_halves), two halves are filled side by side, on two
@@ -369,57 +341,27 @@ inline constexpr std::uint64_t mixed_tail_seed = 0x6d697865645f7461ULL;
 /// second the other items, from the last piece down. Each stops at a row's end with at most
 /// 1/64 of its items left; what both left is then filled as one histogram between the two, so
 /// that the last rows, where a thin histogram closes gaps less well, draw on both halves.
-/// With `mixed_tail` (exact_fit's second try, above), each fill holds back a quarter of every
-/// length and stops at 1/16 of its items left, and the rest, filled with the held-back items
-/// after the fill (or between the halves), opens its rows with random_first(mixed_tail_seed).
 /// Each fill's slots are gathered (slot_assignment::gather) as it ends, by its own thread.
 /// Throws std::bad_alloc; the rows are the same whatever the threads.
 template <class MakeOpening>
 void pack_exactly(std::vector<std::uint32_t> count, bool halves, const pack_options& options, piece_vector& pieces,
-                  std::vector<std::uint64_t>& offsets, slot_assignment& slots, const MakeOpening& make_opening,
-                  bool mixed_tail = false) {
-  const std::size_t capacity = options.capacity;
-  const std::uint64_t stop = mixed_tail ? mixed_tail_stop : 64;  // a fill followed by a rest stops at 1/stop left
-  // The fill of what the first fills left (and held back), from `position` up to the end of
-  // `bounds`: exact_fit's rest opens its rows at random when its tail is mixed.
-  const auto fill_rest = [&](std::vector<std::uint32_t> rest_count, std::size_t position, row_bounds& bounds) {
-    unplaced_items rest(std::move(rest_count));
-    if (mixed_tail) {
-      random_first rest_opening(rest, mixed_tail_seed);
-      return fill_rows_exactly(rest, rest_opening, options, 0, false, position, pieces, bounds, slots);
-    }
-    auto rest_opening = make_opening(rest, 3);
-    return fill_rows_exactly(rest, rest_opening, options, 0, false, position, pieces, bounds, slots);
-  };
+                  std::vector<std::uint64_t>& offsets, slot_assignment& slots, const MakeOpening& make_opening) {
   if (!halves) {
-    std::vector<std::uint32_t> held_back;
-    if (mixed_tail) held_back = hold_back_for_mixed_tail(count, capacity);
     unplaced_items items(std::move(count));
     auto opening = make_opening(items, 0);
     row_bounds bounds{std::move(offsets), {}};
-    const std::size_t end =
-        fill_rows_exactly(items, opening, options, mixed_tail ? items.left / stop : 0, false, 0, pieces, bounds, slots);
-    slots.gather(pieces, 0, end);
-    if (mixed_tail) {
-      for (std::size_t l = 1; l < capacity; ++l) items.count[l] += held_back[l];
-      slots.gather(pieces, end, fill_rest(std::move(items.count), end, bounds));
-    }
+    slots.gather(pieces, 0, fill_rows_exactly(items, opening, options, 0, false, 0, pieces, bounds, slots));
     offsets = std::move(bounds.ends);
     return;
   }
   using opening_type = decltype(make_opening(std::declval<const unplaced_items&>(), 0));
+  const std::size_t capacity = options.capacity;
   std::vector<std::uint32_t> second_count(count.size(), 0);
   for (std::size_t l = 1; l < capacity; ++l) {
     second_count[l] = count[l] / 2;
     count[l] -= second_count[l];
   }
   slot_assignment second_slots = slots.second_half(pieces, count);
-  // Each half's held-back items stay unread in its buckets, which the rest then reads.
-  std::vector<std::uint32_t> held_back[2];
-  if (mixed_tail) {
-    held_back[0] = hold_back_for_mixed_tail(count, capacity);
-    held_back[1] = hold_back_for_mixed_tail(second_count, capacity);
-  }
   std::vector<std::uint32_t> second_starts{static_cast<std::uint32_t>(pieces.size())};
   second_starts.reserve(offsets.capacity() / 2 + 1);
   half_fill<opening_type> first(std::move(count), make_opening, 1, std::move(slots), {std::move(offsets), {}}, 0);
@@ -430,7 +372,7 @@ void pack_exactly(std::vector<std::uint32_t> count, bool halves, const pack_opti
     try {
       half_fill<opening_type>& h = half == 0 ? first : second;
       const std::size_t start = h.position;
-      h.position = fill_rows_exactly(h.items, h.opening, options, h.items.left / stop, half == 1, h.position, pieces,
+      h.position = fill_rows_exactly(h.items, h.opening, options, h.items.left / 64, half == 1, h.position, pieces,
                                      h.bounds, h.slots);
       h.slots.gather(pieces, std::min(start, h.position), std::max(start, h.position));  // the half's slots
     } catch (...) {  // std::bad_alloc from a row bound
@@ -449,9 +391,10 @@ void pack_exactly(std::vector<std::uint32_t> count, bool halves, const pack_opti
 
   slots.take_remaining(second.slots, pieces);
   for (std::size_t l = 1; l <= capacity; ++l) first.items.count[l] += second.items.count[l];
-  if (mixed_tail)
-    for (std::size_t l = 1; l < capacity; ++l) first.items.count[l] += held_back[0][l] + held_back[1][l];
-  [[maybe_unused]] const std::size_t rest_end = fill_rest(std::move(first.items.count), first.position, first.bounds);
+  unplaced_items rest(std::move(first.items.count));
+  auto rest_opening = make_opening(rest, 3);
+  [[maybe_unused]] const std::size_t rest_end =
+      fill_rows_exactly(rest, rest_opening, options, 0, false, first.position, pieces, first.bounds, slots);
   assert(rest_end == second.position);
   slots.gather(pieces, first.position, second.position);
   offsets = std::move(first.bounds.ends);
