@@ -263,7 +263,7 @@ class _Epochs:
         for key, value in expected.items():
             if state[key] != value:
                 raise OptionError(f"load_state_dict: the state was saved with {key} {state[key]!r}, this one has "
-                                 f"{key} {value!r}: its plan would be another")
+                                  f"{key} {value!r}: its plan would be another")
         epoch = _count("epoch", state["epoch"], 0, _UINT64)
         step = _count("step", state["step"], 0, _UINT64)
         same_shape = state["world_size"] == self.world_size and state["micro_batch"] == self.micro_batch
@@ -328,7 +328,7 @@ class BatchSampler(_Epochs, _SamplerBase):
                  pack_threads: int = 1, all_ranks: bool = False):
         if overlong == "split":
             raise OptionError("BatchSampler: overlong='split' cuts samples into pieces, which lists of sample "
-                             "indices cannot express; use overlong='drop' or 'truncate', or multipack.Loader")
+                              "indices cannot express; use overlong='drop' or 'truncate', or multipack.Loader")
         self._all_ranks = _flag("all_ranks", all_ranks)
         if self._all_ranks and rank is None:
             rank = 0  # not used: every rank's micro-batches are yielded
@@ -452,7 +452,7 @@ class Loader(_Epochs):
             sizes = self.dataset.shard_sizes
             if len(value) != len(sizes):
                 raise OptionError(f"prompt_lengths: {len(value)} files for {len(sizes)} prefixes: give one a prefix, "
-                                 f"in the same order, or one file for all")
+                                  f"in the same order, or one file for all")
             parts = []
             for path, size in zip(value, sizes):
                 part = read_prompt_lengths(path)
