@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <memory>
 #include <ranges>
@@ -323,6 +324,16 @@ TEST_CASE("a blend takes w x N samples of each corpus, N in all: whole passes, t
                        "weight of corpus 1 is 0.000000"));
   CHECK(test::contains(test::message_of<option_error>([&] { blended_dataset<indexed_dataset>(open_both(), {1.0}); }),
                        "1 weights for 2 corpora"));
+  // Finite weights whose sum overflows: each corpus still takes its share (the sum once became
+  // infinite, every normalised weight 0, and the last corpus took all N).
+  const double huge = std::numeric_limits<double>::max() / 1.5;
+  const blended_dataset big(open_both(), {huge, huge}, {.samples = 1000});
+  CHECK(big.report()[0].weight == 0.5);
+  CHECK(big.report()[0].taken == 500);
+  CHECK(big.report()[1].taken == 500);
+  const blended_dataset big_and_small(open_both(), {huge, huge / 3}, {.samples = 1000});
+  CHECK(big_and_small.report()[0].taken == 750);
+  CHECK(big_and_small.report()[1].taken == 250);
   // A -1 that became 2^64 - 1 once overflowed llround and the sum of the corpora's shares into
   // an empty blend; it is refused, as any N of 2^32 - 1 or more is.
   const int minus_one = -1;

@@ -62,7 +62,7 @@ class blended_dataset {
     if (weights.size() != corpora_.size())
       throw option_error("blended_dataset: " + std::to_string(weights.size()) + " weights for " +
                          std::to_string(corpora_.size()) + " corpora");
-    double sum = 0;
+    double largest = 0;
     std::uint64_t available = 0;
     for (std::size_t k = 0; k < weights.size(); ++k) {
       if (!std::isfinite(weights[k]) || weights[k] <= 0)
@@ -70,9 +70,13 @@ class blended_dataset {
                            std::to_string(weights[k]) + "; weights must be finite and above 0");
       if (corpora_[k].size() == 0)
         throw option_error("blended_dataset: corpus " + std::to_string(k) + " has no samples to draw from");
-      sum += weights[k];
+      largest = std::max(largest, weights[k]);
       available += corpora_[k].size();
     }
+    // Scaled by the largest before summing: finite weights can sum to infinity (1e308 twice),
+    // which made every normalised weight 0 and gave the last corpus all N.
+    double sum = 0;
+    for (double& w : weights) sum += (w /= largest);
     const std::uint64_t total = options.samples != 0 ? options.samples : available;
     report_.resize(corpora_.size());
     // Corpus k takes its share of N rounded so that the shares add up to N exactly: the
