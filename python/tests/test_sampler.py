@@ -173,6 +173,14 @@ def test_a_state_saved_after_the_epoch_resumes_to_nothing_whatever_the_loop(leng
         # Later passes over the epoch are whole ones, with another world size too.
         whole = len(multipack.BatchSampler(lengths, **{**options, "world_size": world_size}))
         assert len(list(resumed)) == len(resumed) == whole
+    # Under remainder drop too, with a smaller step: the rows the epoch dropped stay dropped
+    # (a run of 1 x 1 once trained the saving run's 3 dropped rows as 3 more steps).
+    dropping = multipack.BatchSampler(lengths, **options, remainder="drop")
+    assert len(list(dropping)) > 0 and dropping.plan().schedule_report["dropped_rows"] > 0
+    for shape in (dict(world_size=1, micro_batch=1), dict(world_size=2, micro_batch=1)):
+        resumed = multipack.BatchSampler(lengths, **{**options, **shape}, remainder="drop")
+        resumed.load_state_dict(dropping.state_dict())
+        assert list(resumed) == [], "the epoch was done"
     # set_epoch inside the loop: the state is the new epoch's, which nothing has trained yet.
     it = iter(by_for)
     for _ in range(10):

@@ -347,6 +347,21 @@ TEST_CASE("resuming after k steps with another world size trains on exactly the 
     CHECK(none.report().scheduled_rows == 0);
     CHECK(none.report().balance_mean == 0);
   }
+  // Under remainder drop too, whatever the shape of the run that resumes: the rows the epoch
+  // dropped are not trained on (a run with a smaller step once trained them after the end).
+  schedule_options dropping = first;
+  dropping.remainder = remainder_policy::drop;
+  dropping.micro_batch = 3;
+  const epoch_schedule saved(packed.rows, dropping);
+  REQUIRE(saved.report().dropped_rows > 0);
+  CHECK(saved.consumed_rows_after(saved.steps()) == packed.rows.size());
+  for (const auto& [world, batch] : {std::pair{4U, 3U}, std::pair{1U, 1U}, std::pair{2U, 1U}}) {
+    schedule_options done = dropping;
+    done.world_size = world;
+    done.micro_batch = batch;
+    done.consumed_rows = saved.consumed_rows_after(saved.steps());
+    CHECK(epoch_schedule(packed.rows, done).steps() == 0);
+  }
   schedule_options drop = first;
   drop.remainder = remainder_policy::drop;
   drop.consumed_rows = packed.rows.size() - 5;  // fewer than a step of 4 x 2

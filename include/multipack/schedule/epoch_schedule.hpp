@@ -55,7 +55,7 @@ class epoch_schedule {
   ///
   /// A resume (consumed_rows > 0) with no row left, or under remainder drop fewer than a
   /// step's rows left, has no step: the epoch is done (consumed_rows_after(steps()) of the
-  /// run that saved it is this). A resume with fewer rows left than ranks (at the last step,
+  /// run that saved it is every row). A resume with fewer rows left than ranks (at the last step,
   /// or on more ranks) has one step in which the ranks past the rows take only padding, as in
   /// the last step of a whole epoch (report().padding_only_ranks counts them).
   ///
@@ -111,11 +111,14 @@ class epoch_schedule {
 
   /// Rows of the sequence trained on once `steps` steps of this schedule are done: the
   /// consumed_rows to give a run that resumes there with another world size or micro-batch.
-  /// O(1). Throws option_error for steps > steps().
+  /// After the last step it is every row: under remainder drop the rows dropped go with the
+  /// epoch, so a run with a smaller step does not train them on resuming. O(1). Throws
+  /// option_error for steps > steps().
   [[nodiscard]] std::uint64_t consumed_rows_after(std::uint64_t steps) const {
     if (steps > steps_)
       throw option_error("epoch_schedule: " + std::to_string(steps) + " steps done, but the epoch has " +
                          std::to_string(steps_));
+    if (steps == steps_) return sequence_.size();
     const std::uint64_t step_rows = std::uint64_t{options_.world_size} * options_.micro_batch;
     return std::min<std::uint64_t>(sequence_.size(), options_.consumed_rows + steps * step_rows);
   }
