@@ -148,6 +148,12 @@ class _Epochs:
                  max_per_row, remainder, balance, pack_threads):
         if world_size is None or rank is None:
             env = distributed_env()
+            if rank is None and world_size is not None and _count("world_size", world_size, 1) != env["world_size"]:
+                # The environment's rank is of another world (rank 0 of 1 without a launcher):
+                # every process would take the same rank and train on the same rows.
+                said = ("no launcher's variables are set" if env["launcher"] == "none" else
+                        f"{env['launcher']}'s variables say {env['world_size']} ranks")
+                raise OptionError(f"world_size {world_size} without rank, and {said}: give rank too")
             world_size = env["world_size"] if world_size is None else world_size
             rank = env["rank"] if rank is None else rank
         self._world_size = _count("world_size", world_size, 1)
@@ -308,7 +314,8 @@ class BatchSampler(_Epochs, _SamplerBase):
     does; ``state_dict()`` / ``load_state_dict()`` resume mid-epoch exactly (torchdata's
     ``StatefulDataLoader`` protocol). The other options are read-only attributes.
 
-    ``world_size``/``rank`` default to the launcher's environment (``distributed_env``).
+    ``world_size``/``rank`` default to the launcher's environment (``distributed_env``); a
+    ``world_size`` given without ``rank`` must be the environment's.
     ``all_ranks=True`` yields every rank's micro-batch of each step, rank after rank (``len()``:
     steps x world_size), for a data loader that shards a batch sampler itself: Hugging Face
     accelerate's ``prepare_data_loader`` (which the ``Trainer`` and axolotl call) gives process

@@ -212,6 +212,18 @@ def test_world_from_the_environment(lengths, monkeypatch):
     sampler = multipack.BatchSampler(lengths, 2048, 2)
     assert (sampler.rank, sampler.world_size) == (2, 3)
     assert list(sampler) == list(multipack.BatchSampler(lengths, 2048, 2, world_size=3, rank=2))
+    assert multipack.BatchSampler(lengths, 2048, 2, world_size=3).rank == 2  # the environment's world
+    # A world size given without a rank is refused where the environment's rank is of another
+    # world: each process took rank 5 of 6, or without a launcher all took rank 0.
+    with pytest.raises(multipack.OptionError, match="world_size 6 without rank, and torchrun's variables say 3"):
+        multipack.BatchSampler(lengths, 2048, 2, world_size=6)
+    monkeypatch.delenv("RANK")
+    monkeypatch.delenv("WORLD_SIZE")
+    with pytest.raises(multipack.OptionError, match="world_size 4 without rank, and no launcher's variables"):
+        multipack.BatchSampler(lengths, 2048, 2, world_size=4)
+    assert multipack.BatchSampler(lengths, 2048, 2, world_size=1).rank == 0
+    assert multipack.BatchSampler(lengths, 2048, 2, world_size=4, all_ranks=True).rank == 0  # rank not used
+    monkeypatch.setenv("WORLD_SIZE", "3")
     monkeypatch.setenv("RANK", "3")
     with pytest.raises(multipack.OptionError, match="RANK"):
         multipack.BatchSampler(lengths, 2048, 2)
