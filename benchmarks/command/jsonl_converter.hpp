@@ -190,7 +190,7 @@ class jsonl_converter {
     // the dataset cannot be opened, so it never pairs with another dataset's mask.
     remove_file(o_.output + ".idx");
     const std::string mask = o_.output + std::string(token_mask_suffix);
-    for (const auto& [stale, file] : {std::pair{!prompts_, o_.output + ".prompt_lengths"},
+    for (const auto& [stale, file] : {std::pair{!prompts_, o_.output + std::string(prompt_lengths_suffix)},
                                       std::pair{!mask_writer_, mask + ".idx"}, std::pair{!mask_writer_, mask + ".bin"}})
       if (stale && remove_file(file)) removed_.push_back(file);
     if (prompts_) prompts_->commit();
@@ -205,7 +205,7 @@ class jsonl_converter {
   [[nodiscard]] companion kind() const noexcept { return kind_.value_or(companion::none); }
   [[nodiscard]] std::vector<std::string> outputs() const {
     std::vector<std::string> out{o_.output + ".bin", o_.output + ".idx"};
-    if (prompts_) out.push_back(o_.output + ".prompt_lengths");
+    if (prompts_) out.push_back(o_.output + std::string(prompt_lengths_suffix));
     if (mask_writer_) {
       out.push_back(o_.output + std::string(token_mask_suffix) + ".bin");
       out.push_back(o_.output + std::string(token_mask_suffix) + ".idx");
@@ -243,7 +243,7 @@ class jsonl_converter {
 
   void open_companion(companion kind) {
     kind_ = kind;
-    if (kind == companion::prompt_lengths) prompts_ = std::make_unique<prompt_lengths_writer>(o_.output + ".prompt_lengths");
+    if (kind == companion::prompt_lengths) prompts_ = std::make_unique<prompt_lengths_writer>(o_.output + std::string(prompt_lengths_suffix));
     if (kind == companion::labels)
       mask_writer_ = std::make_unique<indexed_dataset_writer>(o_.output + std::string(token_mask_suffix), token_dtype::uint8);
   }

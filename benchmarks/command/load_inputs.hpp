@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <filesystem>
 #include <limits>
 #include <memory>
 #include <string>
@@ -42,15 +43,21 @@ inline std::uint64_t physical_memory_bytes() {
 }  // namespace detail
 
 /// The loss mask of --prompt-lengths: one file for the whole input (the form of one prefix),
-/// or one a prefix or one a --data entry, in their order, concatenated. Throws option_error
-/// for a blend (its samples are drawn, not laid out as the files are) and for a count of files
-/// that matches neither; format_error for a file whose count is not its part's.
-inline loss_mask prompt_mask(const std::vector<std::string>& files, const input_dataset& data) {
+/// or one a prefix or one a --data entry, in their order, concatenated; one a prefix, named
+/// PREFIX.prompt_lengths, in any order (prompt_length_files_in_prefix_order). Throws
+/// option_error for a blend (its samples are drawn, not laid out as the files are) and for a
+/// count of files that matches neither; format_error for a file whose count is not its part's.
+inline loss_mask prompt_mask(std::vector<std::string> files, const input_dataset& data) {
   if (data.blended())
     throw option_error("--prompt-lengths: a blend (weighted --data) with prompt lengths is not supported yet");
   if (files.size() == 1) return loss_mask::open_prompt_lengths(files.front());
   std::vector<std::uint64_t> starts{0};
   if (files.size() == data.shards()) {
+    std::vector<std::filesystem::path> prefixes;
+    for (const corpus_summary& c : data.corpora()) prefixes.insert(prefixes.end(), c.prefixes.begin(), c.prefixes.end());
+    const std::vector<std::filesystem::path> ordered =
+        prompt_length_files_in_prefix_order({files.begin(), files.end()}, prefixes);
+    files.assign(ordered.begin(), ordered.end());
     for (std::size_t k = 1; k <= data.shards(); ++k) starts.push_back(data.first_sample(k));
   } else if (files.size() == data.corpora().size()) {
     for (const corpus_summary& c : data.corpora()) starts.push_back(starts.back() + c.samples);

@@ -378,7 +378,8 @@ class Loader(_Epochs):
 
     ``paths``: Megatron/fairseq indexed datasets (a prefix of PREFIX.bin/.idx, a directory of
     them, or a pattern such as 'corpus/shard_*'; several are concatenated in order).
-    Loss mask: ``prompt_lengths`` (a file, a list of files one a prefix, or an integer array:
+    Loss mask: ``prompt_lengths`` (a file, a list of files one a prefix, each named
+    PREFIX.prompt_lengths in any order or in the prefixes' order, or an integer array:
     tokens [0, n) of sample i carry no loss) or ``loss_mask`` (the PREFIX of a per-token mask
     that ``multipack-bench convert --labels-field`` writes); ``train_on_inputs`` ignores it.
     ``dtype``: the token arrays' type, int32 or int64 (what ``torch.nn.Embedding`` takes).
@@ -460,8 +461,10 @@ class Loader(_Epochs):
             if len(value) != len(sizes):
                 raise OptionError(f"prompt_lengths: {len(value)} files for {len(sizes)} prefixes: give one a prefix, "
                                   f"in the same order, or one file for all")
+            # Files named PREFIX.prompt_lengths go with their prefix in any order (sorted(glob())
+            # lists shard_10 before shard_2, where a directory's shards are in natural order).
             parts = []
-            for path, size in zip(value, sizes):
+            for path, size in zip(_multipack.prompt_length_files_in_prefix_order(value, self.dataset), sizes):
                 part = read_prompt_lengths(path)
                 if len(part) != size:
                     raise FormatError(f"{os.fspath(path)}: {len(part)} prompt lengths, but its prefix has {size} "

@@ -659,6 +659,13 @@ PYBIND11_MODULE(_multipack, m) {
       });
 
   m.def(
+      "prompt_length_files_in_prefix_order",
+      [](std::vector<std::filesystem::path> files, const dataset_handle& d) {
+        return prompt_length_files_in_prefix_order(std::move(files), d.prefixes);
+      },
+      py::arg("files"), py::arg("dataset"));
+
+  m.def(
       "read_prompt_lengths",
       [](const std::filesystem::path& path) {
         loss_mask mask;

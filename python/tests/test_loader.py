@@ -207,6 +207,43 @@ def test_resume_from_state_dict_is_the_tail(prefix, prompt_lengths_file):
     assert all(np.array_equal(a, b) for a, b in zip(taken + tail, full))
 
 
+def write_megatron_int32(prefix, samples):
+    """A Megatron indexed dataset of int32 tokens, one document a sample."""
+    sizes = np.array([len(s) for s in samples], dtype=np.int32)
+    pointers = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)[:-1] * 4]).astype(np.int64)
+    with open(f"{prefix}.idx", "wb") as idx:
+        idx.write(b"MMIDIDX\x00\x00" + (1).to_bytes(8, "little") + bytes([4]) + len(samples).to_bytes(8, "little")
+                  + (len(samples) + 1).to_bytes(8, "little"))
+        idx.write(sizes.tobytes() + pointers.tobytes() + np.arange(len(samples) + 1, dtype=np.int64).tobytes())
+    np.concatenate(samples).astype(np.int32).tofile(f"{prefix}.bin")
+
+
+def test_prompt_length_files_named_for_their_shards_go_with_them_in_any_order(tmp_path):
+    # 11 shards: sorted(glob()) lists shard_10 before shard_2, where the directory's shards are
+    # in natural order. Every prompt fits every sample, so a file paired with another shard of
+    # the same count would be taken without an error, masking the wrong tokens.
+    rng = np.random.default_rng(4)
+    prompts = []
+    for k in range(11):
+        write_megatron_int32(tmp_path / f"shard_{k}", [rng.integers(0, 32000, n) for n in rng.integers(20, 200, 30)])
+        prompts.append(rng.integers(0, 20, 30))
+        np.savetxt(tmp_path / f"shard_{k}.prompt_lengths", prompts[-1], fmt="%d")
+    globbed = sorted(str(p) for p in tmp_path.glob("*.prompt_lengths"))
+    assert globbed[2].endswith("shard_10.prompt_lengths")
+    options = dict(capacity=512, micro_batch=2, world_size=1, rank=0, seed=1)
+    expected = [b["labels"].copy() for b in multipack.Loader(str(tmp_path), **options,
+                                                              prompt_lengths=np.concatenate(prompts))]
+    loader = multipack.Loader(str(tmp_path), **options, prompt_lengths=globbed)
+    assert all(np.array_equal(a, b["labels"]) for a, b in itertools.zip_longest(expected, loader))
+    # One named for another shard than the one at its place, among files not so named: refused.
+    others = []
+    for k in range(11):
+        others.append(tmp_path / f"copy_{k}.txt")
+        shutil.copy(tmp_path / f"shard_{k}.prompt_lengths", others[-1])
+    with pytest.raises(multipack.OptionError, match="shard_1.prompt_lengths is named for prefix 2"):
+        multipack.Loader(str(tmp_path), **options, prompt_lengths=[tmp_path / "shard_1.prompt_lengths", *others[1:]])
+
+
 def test_epochs(prefix):
     loader = multipack.Loader(prefix, capacity=2048, micro_batch=2, world_size=1, rank=0)
     first = next(iter(loader))["input_ids"].copy()

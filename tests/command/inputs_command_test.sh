@@ -116,6 +116,14 @@ load_flags=(--world-size 2 --rank 1 --micro-batch 4 --capacity 2048 --memcpy-buf
 diff -r "$work/b-one" "$work/b-shards" >/dev/null || fail "load --data shard_*: other batches than the single file"
 same_report "$work/load-one.json" "$work/load-shards.json"
 ok "load --data shard_* --prompt-lengths (one a shard): the single file's 6 batches, byte for byte, and report"
+# Files named PREFIX.prompt_lengths go with their shard in any order: a shell pattern lists
+# shard_10 before shard_2, where a directory's or a pattern's shards are in natural order.
+reversed=()
+for ((k = ${#shard_prompts[@]} - 1; k >= 0; k--)); do reversed+=("${shard_prompts[k]}"); done
+"$bench" load --data "$shards" --prompt-lengths "${reversed[@]}" "${load_flags[@]}" \
+  --dump-batches "$work/b-reversed" --json >/dev/null 2>"$work/err" || fail "load --prompt-lengths reversed: $(cat "$work/err")"
+diff -r "$work/b-one" "$work/b-reversed" >/dev/null || fail "load --prompt-lengths reversed: other batches than in order"
+ok "load --prompt-lengths named for their shards, given in reverse: each with its shard, the same 6 batches"
 
 # The views pipeline: the same batches as the plan pipeline, over two epochs from a start step,
 # on the shards; both report their memory before the first batch.
@@ -190,6 +198,11 @@ expect_error "not supported yet" --data 1 "$prefix" 1 "$shards" --loss-mask "$pr
 expect_error "3 files for 8 prefixes" --data "$prefix" "$shards" --prompt-lengths "$prompts" "$prompts" "$prompts"
 expect_error "$shards/shard_1.prompt_lengths" --data "$shards/shard_0" "$shards/shard_3" \
   --prompt-lengths "$shards/shard_0.prompt_lengths" "$shards/shard_1.prompt_lengths"
+# Among files not named for the shards, one named for another shard than the one at its place.
+copies=()
+for k in "${!shard_prompts[@]}"; do cp "${shard_prompts[k]}" "$work/copy_$k"; copies+=("$work/copy_$k"); done
+expect_error "shard_1.prompt_lengths is named for prefix 2" --data "$shards" \
+  --prompt-lengths "${shard_prompts[1]}" "${copies[@]:1}"
 expect_error "--epochs" --data 1 "$prefix" 1 "$shards" --epochs 2
 expect_error "--pipeline" --pipeline bogus
 expect_error "--pipeline" --pipeline views --device

@@ -642,3 +642,48 @@ TEST_CASE("prompt_lengths_writer: a failed write leaves it unusable, not writing
   CHECK_FALSE(fs::exists(dir / "p.bin"));
   CHECK_FALSE(fs::exists(dir / "p.bin.tmp"));
 }
+
+TEST_CASE("prompt-length files named for their prefixes are put in the prefixes' order; others keep their places") {
+  namespace fs = std::filesystem;
+  const fs::path dir = test::fresh_temp_dir("prompt_files_order");
+  std::vector<fs::path> prefixes;  // natural order, as a directory's shards are listed
+  for (int k = 0; k < 12; ++k) prefixes.push_back(dir / ("shard_" + std::to_string(k)));
+  const auto named = [](const fs::path& prefix) { return fs::path(prefix) += ".prompt_lengths"; };
+  std::vector<fs::path> in_order;
+  for (const fs::path& p : prefixes) in_order.push_back(named(p));
+
+  // A shell pattern's order (shard_0, shard_1, shard_10, shard_11, shard_2, ...), one file
+  // spelled another way: each file goes with its shard.
+  std::vector<fs::path> listed = in_order;
+  std::sort(listed.begin(), listed.end());
+  REQUIRE(listed != in_order);
+  listed[5] = dir / "." / listed[5].filename();
+  const std::vector<fs::path> ordered = prompt_length_files_in_prefix_order(listed, prefixes);
+  REQUIRE(ordered.size() == prefixes.size());
+  for (std::size_t k = 0; k < prefixes.size(); ++k)
+    CHECK(fs::weakly_canonical(ordered[k]) == fs::weakly_canonical(in_order[k]));
+
+  // Files not named for the prefixes keep their places, as do named ones where they belong.
+  std::vector<fs::path> other;
+  for (std::size_t k = 0; k < prefixes.size(); ++k) other.push_back(dir / ("part-" + std::to_string(k)));
+  other[3] = in_order[3];
+  CHECK(prompt_length_files_in_prefix_order(other, prefixes) == other);
+  // A prefix given twice has one name for two places: by position.
+  const std::vector<fs::path> twice = {prefixes[0], prefixes[0], prefixes[1]};
+  const std::vector<fs::path> twice_files = {in_order[0], in_order[0], in_order[1]};
+  CHECK(prompt_length_files_in_prefix_order(twice_files, twice) == twice_files);
+
+  // Named for another prefix than the one at its place, among files not so named: a guess, refused.
+  other[3] = in_order[4];
+  CHECK(test::contains(test::message_of<option_error>([&] { (void)prompt_length_files_in_prefix_order(other, prefixes); }),
+                       "shard_4.prompt_lengths is named for prefix 5"));
+  // Two files named for one prefix: not a pairing by name either.
+  std::vector<fs::path> doubled = in_order;
+  doubled[1] = in_order[0];
+  CHECK(test::contains(test::message_of<option_error>([&] { (void)prompt_length_files_in_prefix_order(doubled, prefixes); }),
+                       "shard_0.prompt_lengths is named for prefix 1"));
+  CHECK(test::contains(test::message_of<option_error>([&] {
+                         (void)prompt_length_files_in_prefix_order(std::vector<fs::path>(in_order.begin(), in_order.end() - 1), prefixes);
+                       }),
+                       "11 prompt-length files for 12 prefixes"));
+}

@@ -35,6 +35,7 @@
 #include <filesystem>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -56,6 +57,9 @@ namespace multipack {
 /// PREFIX(.idx/.bin), as `multipack-bench convert --labels-field` writes it. indexed_prefixes
 /// leaves such a companion out of a directory's or pattern's shards.
 inline constexpr std::string_view token_mask_suffix = ".loss_mask";
+/// The name of a token dataset's prompt lengths: PREFIX.prompt_lengths beside PREFIX(.idx/.bin),
+/// as `multipack-bench convert --prompt-field` writes it.
+inline constexpr std::string_view prompt_lengths_suffix = ".prompt_lengths";
 
 namespace detail {
 
@@ -373,5 +377,60 @@ class loss_mask {
   // Token form.
   std::shared_ptr<const indexed_dataset> tokens_;
 };
+
+/// `files`, the prompt lengths of `prefixes` one a prefix (shards concatenated in that order),
+/// in the prefixes' order. Where every file is named PREFIX.prompt_lengths for a different one
+/// of the prefixes (the name convert gives), each goes with its prefix wherever it stands: a
+/// shell pattern lists shard_10 before shard_2, where a directory's shards are in natural
+/// order, and prompt lengths that fit another shard's samples would mask the wrong tokens
+/// without an error. Otherwise the files keep their positions. Paths are compared after
+/// std::filesystem::weakly_canonical. Throws option_error for a count that is not the
+/// prefixes', or, where not every file is so named, for a file named for a prefix other than
+/// the one at its position (the pairing would be a guess). O(files log files), plus a
+/// canonical path a file and a prefix (system calls).
+[[nodiscard]] inline std::vector<std::filesystem::path> prompt_length_files_in_prefix_order(
+    std::vector<std::filesystem::path> files, std::span<const std::filesystem::path> prefixes) {
+  namespace fs = std::filesystem;
+  if (files.size() != prefixes.size())
+    throw option_error(std::to_string(files.size()) + " prompt-length files for " + std::to_string(prefixes.size()) +
+                       " prefixes: give one a prefix");
+  const auto canonical = [](const fs::path& p) {
+    std::error_code ec;
+    fs::path c = fs::weakly_canonical(p, ec);
+    return ec ? p.lexically_normal() : c;
+  };
+  std::vector<std::pair<fs::path, std::size_t>> names;  // PREFIX.prompt_lengths, canonical, and its prefix
+  for (std::size_t k = 0; k < prefixes.size(); ++k)
+    names.emplace_back(canonical(fs::path(prefixes[k]) += prompt_lengths_suffix), k);
+  std::sort(names.begin(), names.end());
+  const auto named_for = [&](const fs::path& file) -> std::optional<std::size_t> {
+    const fs::path c = canonical(file);
+    const auto it = std::lower_bound(names.begin(), names.end(), c, [](const auto& n, const fs::path& v) { return n.first < v; });
+    if (it == names.end() || it->first != c) return std::nullopt;
+    // A prefix given twice has one name for two positions: not a pairing by name.
+    if (std::next(it) != names.end() && std::next(it)->first == c) return std::nullopt;
+    return it->second;
+  };
+  std::vector<std::optional<std::size_t>> prefix_of(files.size());
+  std::vector<bool> taken(prefixes.size(), false);
+  bool all_named = true;
+  for (std::size_t i = 0; i < files.size(); ++i) {
+    prefix_of[i] = named_for(files[i]);
+    all_named = all_named && prefix_of[i] && !taken[*prefix_of[i]];
+    if (prefix_of[i]) taken[*prefix_of[i]] = true;
+  }
+  if (all_named) {
+    std::vector<fs::path> ordered(files.size());
+    for (std::size_t i = 0; i < files.size(); ++i) ordered[*prefix_of[i]] = std::move(files[i]);
+    return ordered;
+  }
+  for (std::size_t i = 0; i < files.size(); ++i)
+    if (prefix_of[i] && *prefix_of[i] != i)
+      throw option_error(files[i].string() + " is named for prefix " + std::to_string(*prefix_of[i] + 1) + " (" +
+                         prefixes[*prefix_of[i]].string() + ") but stands at number " + std::to_string(i + 1) +
+                         " (" + prefixes[i].string() + "): name every file PREFIX" + std::string(prompt_lengths_suffix) +
+                         ", or give them in the prefixes' order");
+  return files;
+}
 
 }  // namespace multipack
