@@ -307,6 +307,16 @@ TEST_CASE("a later epoch's failed planning fails its first batch, after every ea
     CHECK(delivered_before_failure(other_micro_batch, "epoch 2 has a micro-batch of 8 rows, the first epoch 4") ==
           steps_0 + steps_1);
   }
+  SUBCASE("a plan for another world, this rank in it") {
+    const epoch_planner other_world = [&](std::uint64_t epoch) {
+      schedule_options options = alpaca_schedule;
+      options.epoch = epoch;
+      if (epoch == 2) options.world_size = 3;
+      return std::make_shared<const epoch_plan>(plan_epoch(lengths, alpaca_packing, options));
+    };
+    CHECK(delivered_before_failure(other_world, "epoch 2 is scheduled for 3 ranks, the first epoch for 2") ==
+          steps_0 + steps_1);
+  }
   SUBCASE("a plan at a larger capacity than the buffers") {
     const epoch_planner larger = [&](std::uint64_t epoch) {
       pack_options options = alpaca_packing;

@@ -25,8 +25,8 @@
 //   capacity can hold of this dataset's samples, split at the first plan's packing capacity
 //   where it is smaller (found once, O(samples + capacity)).
 //
-// Epoch e + 1's plan is checked on the planning thread (rank, micro-batch, capacity, pieces in
-// the dataset); a plan that fails the checks, or a planner that throws, fails the batch at that
+// Epoch e + 1's plan is checked on the planning thread (rank, world size, micro-batch,
+// capacity, pieces in the dataset); a plan that fails the checks, or a planner that throws, fails the batch at that
 // epoch's first step, after every batch before it has been delivered.
 
 #include <algorithm>
@@ -66,7 +66,8 @@ struct epoch_range {
 
 /// Plans one epoch. Called once an epoch, in order: the first epoch's on the thread that makes
 /// the loader, every later one's on the loader's planning thread. Every rank must get the same
-/// plan for the same epoch (a pure function of the epoch, as plan_epoch is).
+/// plan for the same epoch (a pure function of the epoch, as plan_epoch is), and every epoch
+/// the same world size and micro-batch (checked).
 using epoch_planner = std::function<std::shared_ptr<const epoch_plan>(std::uint64_t epoch)>;
 
 /// The planner of plan_epoch(lengths, packing, schedule with epoch e) for every epoch e:
@@ -153,7 +154,8 @@ class epoch_loader {
         epochs_(checked(epochs)),
         options_(std::move(options)),
         first_plan_(first_plan()),
-        rank_(detail::rank_argument(rank, first_plan_->schedule.world_size(), "epoch_loader")),
+        world_size_(first_plan_->schedule.world_size()),
+        rank_(detail::rank_argument(rank, world_size_, "epoch_loader")),
         layout_(checked_layout(prefetch)),
         planning_thread_(*this),
         prefetcher_(prefetch, 0, [this] { return batch(layout_, options_.memory); },
@@ -290,6 +292,12 @@ class epoch_loader {
     // cut while training would raise SIGBUS here. Two fstat calls a shard, once an epoch.
     if constexpr (change_checked_dataset<D>) dataset_->check_unchanged();
     detail::check_plan(*dataset_, *plan, rank_, who);
+    // Another world shards the rows otherwise: with this rank still in it, the ranks would
+    // train on overlapping rows and leave others out, with no error.
+    if (plan->schedule.world_size() != world_size_)
+      throw option_error(who + " is scheduled for " + std::to_string(plan->schedule.world_size()) +
+                         " ranks, the first epoch for " + std::to_string(world_size_) +
+                         ": every epoch of a loader needs the same world");
     if (plan->packed.report.capacity > layout_.capacity)  // before layout_of, which would refuse it unnamed
       throw option_error(who + " is packed at capacity " + std::to_string(plan->packed.report.capacity) +
                          ", more than the loader's buffers hold (" + std::to_string(layout_.capacity) + ")");
@@ -430,6 +438,7 @@ class epoch_loader {
   epoch_range epochs_;
   batch_options options_;
   std::shared_ptr<const epoch_plan> first_plan_;  // until the layout is made
+  std::uint32_t world_size_;
   std::uint32_t rank_;
   // The planned epochs still needed (and the last, whose end is where the next one starts),
   // guarded by mutex_ with the fields after it.
