@@ -42,7 +42,10 @@ struct blend_options {
 /// is a random-access range of dataset_sample. Samples are laid out corpus by corpus (the
 /// packer and the schedule order them anyway). Memory: 8 bytes a sample of the subsets (a
 /// corpus may have more than 2^32 samples), 8 a corpus. Every const member may be called from
-/// several threads at once.
+/// several threads at once. A loss mask given with a blend (batch_options::mask) describes the
+/// blend's samples in the blend's order, not the corpora's: a blend has no single source
+/// dataset, so the corpora's own masks do not apply, and their concatenation is accepted
+/// wherever its count and prompt lengths fit, masking the wrong tokens.
 template <token_dataset D>
 class blended_dataset {
  public:
