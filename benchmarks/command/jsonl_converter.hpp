@@ -99,6 +99,11 @@ class jsonl_converter {
       return;
     }
     const auto where = [&] { return fmt::format("{}: line {} (byte {})", o_.input, line, offset); };
+    // nlohmann's parser takes a NUL byte for the end of its input, even within the range it is
+    // given: the rest of the line (another sample) was dropped without an error. JSON has no
+    // raw NUL anywhere (in a string it is the escape \u0000).
+    if (const std::size_t nul = text.find('\0'); nul != std::string::npos)
+      throw format_error(fmt::format("{}: not JSON: a NUL byte at column {}", where(), nul + 1));
     nlohmann::json j;
     try {
       const std::string_view json = without_lone_surrogates(text, scratch_);

@@ -197,6 +197,9 @@ bad() {  # bad NAME MESSAGE CONTENT [convert flags...]
 }
 bad not_json "line 2 (byte 22): not JSON" '{"input_ids": [1, 2]}\n{"input_ids": [1,\n'
 bad no_field 'line 1 (byte 0): no "input_ids" field' '{"tokens": [1]}\n'
+# A NUL byte ended the parse there: the sample after it was dropped without an error.
+bad nul_byte 'line 2 (byte 19): not JSON: a NUL byte at column 19' \
+  '{"input_ids": [0]}\n{"input_ids": [1]}\0{"input_ids": [2, 3]}\n{"input_ids": [4]}\n'
 bad not_object "expected a JSON object" '[1, 2, 3]\n'
 bad number_overflow 'line 2 (byte 19): not JSON' '{"input_ids": [1]}\n{"input_ids": [2e999]}\n'
 bad float_token '"input_ids"[1] = 2.5 is not an integer' '{"input_ids": [1, 2.5]}\n'
