@@ -104,8 +104,12 @@ inline int run_convert_command(const convert_command_options& o) {
 void add_convert_command(CLI::App& app, convert_command_options& o, std::function<int()>& action) {
   CLI::App* command = app.add_subcommand(
       "convert", "JSON Lines of pre-tokenized samples into the indexed format (+ its loss-mask companion), streaming");
-  command->add_option("--input", o.input, "JSON Lines: one {\"input_ids\": [...]} object a line")->required();
-  command->add_option("--output", o.output, "output prefix: PREFIX.bin, PREFIX.idx, ...")->required();
+  command->add_option("--input", o.input, "JSON Lines: one {\"input_ids\": [...]} object a line")
+      ->required()
+      ->check(non_empty_path);
+  command->add_option("--output", o.output, "output prefix: PREFIX.bin, PREFIX.idx, ...")
+      ->required()
+      ->check(non_empty_path);
   command->add_option("--dtype", o.dtype, "token type of the .bin: uint8, int8, int16, uint16, int32, int64")
       ->capture_default_str();
   command->add_option("--tokens-field", o.tokens_field, "the field holding the tokens")->capture_default_str();

@@ -81,11 +81,13 @@ void add_load_command(CLI::App& app, load_command_options& o, std::function<int(
   for (const char* name : {"--lengths", "--resample", "--resample-seed"})
     refused.push_back(command->get_option(name)->group(""));
   auto* prompts = command->add_option("--prompt-lengths", o.prompt_lengths,
-                                      "prompt tokens a sample (text: one a line, or binary): they carry no loss");
+                                      "prompt tokens a sample (text: one a line, or binary): they carry no loss")
+                      ->check(non_empty_path);
   command->add_option("--loss-mask", o.loss_mask,
                       "per-token loss mask PREFIX (PREFIX.idx/.bin, nonzero = carries loss; what convert writes "
                       "from labels as OUT.loss_mask)")
-      ->excludes(prompts);
+      ->excludes(prompts)
+      ->check(non_empty_path);
   command->add_flag("--train-on-inputs", o.train_on_inputs, "prompt tokens carry loss too");
   add_schedule_flags(*command, o.schedule, schedule_flags_form::defaulted);
   command->add_option("--rank", o.rank, "the rank whose batches are loaded")->capture_default_str()
@@ -115,7 +117,8 @@ void add_load_command(CLI::App& app, load_command_options& o, std::function<int(
   command->add_flag("--json", o.json, "print one JSON object on standard output");
   command->add_option("--dump-batches", o.dump_batches,
                       "write the first batches to DIR as .npy: step{S:06}_rank{R}_{array}.npy "
-                      "(epoch{E}_step... with --epochs > 1)");
+                      "(epoch{E}_step... with --epochs > 1)")
+      ->check(non_empty_path);
   command->add_option("--repeat-data", o.repeat_data,
                       "see the data N times over in each epoch (longer epochs for steady-state figures)")
       ->capture_default_str()

@@ -182,7 +182,7 @@ load_inputs prepare_load(const load_command_options& o, std::uint64_t buffers) {
   validate(in.packing);
   in.prefetch = {o.threads, o.depth};
   validate(in.prefetch);
-  if (o.epochs > std::numeric_limits<std::uint64_t>::max() - o.schedule.epoch)
+  if (o.epochs - 1 > std::numeric_limits<std::uint64_t>::max() - o.schedule.epoch)  // the last, epoch + epochs - 1
     throw option_error(fmt::format("--epoch {} --epochs {}: the last epoch is past 2^64 - 1", o.schedule.epoch, o.epochs));
 
   // The dataset, opened once and shared by every epoch's loader; its lengths as `plan` reads them.

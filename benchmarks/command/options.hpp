@@ -48,6 +48,12 @@ inline const CLI::Validator positive_integer(
     },
     "UINT>0");
 
+/// Refuses an empty value: a path given as "" (an unset shell variable) read as not given, and
+/// the run went on without it: no loss mask, the default data, no dump.
+inline const CLI::Validator non_empty_path(
+    [](const std::string& text) -> std::string { return text.empty() ? "expected a path, got an empty value" : ""; },
+    "PATH");
+
 /// Accepts an optional minus sign and digits, within a 64-bit signed integer.
 inline const CLI::Validator signed_integer(
     [](std::string& text) -> std::string {
@@ -125,7 +131,8 @@ inline void add_input_flags(CLI::App& command, input_flags& o) {
                                   "pattern (dir/shard_*), several concatenated in order; or weights and prefixes "
                                   "interleaved for a blend (0.7 corpusA 0.3 corpusB)")
                    ->capture_default_str();
-  auto* lengths = command.add_option("--lengths", o.lengths_file, "text file: one sample length per line");
+  auto* lengths = command.add_option("--lengths", o.lengths_file, "text file: one sample length per line")
+                      ->check(non_empty_path);
   data->excludes(lengths);
   command.add_option("--resample", o.resample, "draw N lengths with replacement from the input (for scale)")
       ->transform(non_negative_integer);

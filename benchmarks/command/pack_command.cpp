@@ -173,9 +173,10 @@ void add_pack_command(CLI::App& app, pack_command_options& o, std::function<int(
                       "touch of fresh memory, "
                       "so that memory freed before goes back to the system (a virtual machine's host), as a "
                       "trainer's previous epoch's has")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->transform(non_negative_integer);
   command->add_flag("--json", o.json, "print one JSON object on standard output");
-  command->add_option("--dump-rows", o.dump_rows, "write the rows to FILE, one line a row");
+  command->add_option("--dump-rows", o.dump_rows, "write the rows to FILE, one line a row")->check(non_empty_path);
   command->callback([&] { action = [&] { return run_pack_command(o); }; });
 }
 

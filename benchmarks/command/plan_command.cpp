@@ -169,7 +169,8 @@ void add_plan_command(CLI::App& app, plan_command_options& o, std::function<int(
       ->capture_default_str()
       ->transform(non_negative_integer);
   command->add_flag("--json", o.json, "print one JSON object on standard output");
-  command->add_option("--dump-plan", o.dump_plan, "write the plan to FILE: `epoch step rank slot pieces...` a row");
+  command->add_option("--dump-plan", o.dump_plan, "write the plan to FILE: `epoch step rank slot pieces...` a row")
+      ->check(non_empty_path);
   command->callback([&] { action = [&] { return run_plan_command(o); }; });
 }
 

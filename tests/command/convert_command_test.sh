@@ -222,6 +222,8 @@ bad empty "no samples" ''
 bad blank_only "no samples" '\n\n  \n'
 expect_error "--dtype float32" --input "$work/none.jsonl" --output "$work/bad_dtype" --dtype float32
 expect_error "$work/missing.jsonl" --input "$work/missing.jsonl" --output "$work/bad_missing"
+# An empty --output wrote the hidden files .bin and .idx in the working directory.
+expect_error "--output: expected a path, got an empty value" --input "$work/none.jsonl" --output ""
 
 # A failed conversion keeps an earlier output of the same name as it was.
 cp "$work/out_none.idx" "$work/keep.idx" && cp "$work/out_none.bin" "$work/keep.bin"

@@ -539,6 +539,14 @@ expect_error "--depth 65536" --depth 65536 --capacity 65536 --micro-batch 256
 expect_error "$work/a-file/batches" --dump-batches "$work/a-file/batches"
 expect_error "--dump-batches" --device --dump-batches "$work/batches"
 expect_error "--batches-in-flight" --device --batches-in-flight 0
+# A path given empty (an unset shell variable) is refused: it read as not given, and the run
+# went on without a mask, or without the dump.
+expect_error "--loss-mask: expected a path, got an empty value" --loss-mask ""
+expect_error "--prompt-lengths: expected a path, got an empty value" --prompt-lengths ""
+expect_error "--dump-batches: expected a path, got an empty value" --dump-batches ""
+# The last epoch may be 2^64 - 1 (the library's epoch_loader runs it); one more is refused.
+expect_success --epoch 18446744073709551614 --epochs 2 --max-steps 1
+expect_error "the last epoch is past 2^64 - 1" --epoch 18446744073709551615 --epochs 2
 
 # ---------------------------------------------------------------------------------------------
 # 6. --device: on a machine with a GPU it copies the batches there (the figures are checked for
