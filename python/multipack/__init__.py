@@ -17,6 +17,7 @@ C++ library's message where it found it; a value of the wrong type is a ``TypeEr
 from __future__ import annotations
 
 import os
+import weakref
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Union
 
 import numpy as np
@@ -402,8 +403,9 @@ class Loader(_Epochs):
     the loop's end, ``close()``, ``with`` or garbage collection stops the threads. ``len()`` is
     the epoch's step count; ``set_epoch`` (or assigning ``epoch``), ``state_dict``,
     ``load_state_dict`` and the read-only options as in ``BatchSampler``; ``start_step`` starts
-    the first iteration later. One thread iterates; ``close()`` from another thread ends its
-    loop.
+    the first iteration later. One thread iterates, one iteration at a time: a second
+    ``iter()`` restarts the C++ loader, and the first iteration's next step then raises
+    OptionError. ``close()`` from another thread ends the loop quietly.
     """
 
     dataset = _fixed("dataset", "The samples: the datasets of ``paths``, concatenated.")
@@ -431,8 +433,10 @@ class Loader(_Epochs):
         arguments = _multipack.LoaderArguments()
         arguments.pad_to_multiple = _count("pad_to_multiple", pad_to_multiple)
         arguments.train_on_inputs = _flag("train_on_inputs", train_on_inputs)
-        arguments.ignore_index = _count("ignore_index", ignore_index, -2**63, 2**63 - 1)
-        arguments.pad_token_id = _count("pad_token_id", pad_token_id, -2**63, 2**63 - 1)
+        # The token type's range: checked here, not first by the workers at the first batch.
+        bits = dtype.itemsize * 8
+        arguments.ignore_index = _count("ignore_index", ignore_index, -2**(bits - 1), 2**(bits - 1) - 1)
+        arguments.pad_token_id = _count("pad_token_id", pad_token_id, -2**(bits - 1), 2**(bits - 1) - 1)
         arguments.threads = _count("threads", threads, 1, 1024)
         # Two at least: a for loop holds its last batch while it asks for the next.
         arguments.depth = _count("depth", depth, 2, 65536)
@@ -440,6 +444,7 @@ class Loader(_Epochs):
         self.as_torch = _flag("as_torch", as_torch)
         self._batches = None
         self._batches_key = None  # (epoch, consumed rows, step) of the C++ loader's next batch
+        self._iteration = None    # the last iteration (_Batches), weakly
         self._last_statistics = None
         _Epochs.__init__(self, self.dataset.lengths, capacity, micro_batch, world_size, rank, seed, epoch, algorithm,
                          overlong, max_per_row, remainder, balance, pack_threads)
@@ -482,6 +487,10 @@ class Loader(_Epochs):
     def _start(self, start_step: int):
         """A C++ loader from this epoch's `start_step` on, through the later epochs: its workers
         start building now, and its planning thread plans the next epoch."""
+        # An iteration still reading the C++ loader closed here must not end as if its epoch did.
+        running = self._iteration() if self._iteration is not None else None
+        if running is not None and running._batches is not None:
+            running._superseded = True
         self.close()
         self._arguments.rank = self.rank
         self._arguments.start_step = start_step
@@ -508,7 +517,9 @@ class Loader(_Epochs):
         else:
             batches = self._start(steps.start)
         self._batches_key = None  # being taken
-        return _Batches(self, batches, len(steps), self.epoch)
+        iteration = _Batches(self, batches, len(steps), self.epoch)
+        self._iteration = weakref.ref(iteration)
+        return iteration
 
     @staticmethod
     def _as_torch(batch: Dict[str, Any]) -> Dict[str, Any]:
@@ -563,6 +574,7 @@ class _Batches:
         self._batches = batches
         self._left = steps   # steps of the epoch still to hand out
         self._epoch = epoch  # the epoch iterated (set_epoch may change the loader's in the loop)
+        self._superseded = False  # a later iteration restarted the C++ loader under this one
 
     def __iter__(self) -> "_Batches":
         return self
@@ -573,6 +585,10 @@ class _Batches:
         batch = self._batches.next()
         if batch is None:  # the C++ loader ended before the epoch did: closed from another thread
             self.close()
+            if self._superseded:
+                raise OptionError("Loader: this iteration was ended by a later iter() of the same Loader, which "
+                                  "restarted its C++ loader; iterate a Loader once at a time (zip(loader, loader) "
+                                  "or next(iter(loader)) inside its own loop end that loop)")
             raise StopIteration
         if batch["epoch"] != self._epoch:
             raise RuntimeError(f"Loader: a batch of epoch {batch['epoch']} in the iteration of epoch {self._epoch}")

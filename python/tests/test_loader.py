@@ -244,6 +244,24 @@ def test_prompt_length_files_named_for_their_shards_go_with_them_in_any_order(tm
         multipack.Loader(str(tmp_path), **options, prompt_lengths=[tmp_path / "shard_1.prompt_lengths", *others[1:]])
 
 
+def test_a_second_iteration_ends_the_first_with_an_error_not_as_a_short_epoch(prefix):
+    loader = multipack.Loader(prefix, capacity=1024, micro_batch=4, world_size=1, rank=0)
+    first = iter(loader)
+    for _ in range(10):
+        next(first)
+    second = iter(loader)  # a peek, or zip(loader, loader): restarts the C++ loader
+    next(second)
+    with pytest.raises(multipack.OptionError, match="ended by a later iter"):
+        next(first)  # once ended quietly: a loop that looked like a whole epoch of 10 steps
+    assert loader.state_dict()["step"] == 1
+    assert sum(1 for _ in second) == len(loader) - 1
+    # close() from elsewhere still ends a loop quietly.
+    third = iter(loader)
+    next(third)
+    loader.close()
+    assert list(third) == []
+
+
 def test_epochs(prefix):
     loader = multipack.Loader(prefix, capacity=2048, micro_batch=2, world_size=1, rank=0)
     first = next(iter(loader))["input_ids"].copy()
@@ -277,6 +295,12 @@ def test_errors_carry_the_library_message(prefix, tmp_path):
         multipack.Loader(prefix, world_size=1, rank=0, threads=0)
     with pytest.raises(multipack.OptionError, match="depth = 1: must be at least 2"):  # a for loop holds one batch
         multipack.Loader(prefix, world_size=1, rank=0, depth=1)
+    # The token type's range, here rather than at the first batch.
+    with pytest.raises(multipack.OptionError, match="ignore_index = 1099511627776: must be at most 2147483647"):
+        multipack.Loader(prefix, world_size=1, rank=0, ignore_index=2**40)
+    with pytest.raises(multipack.OptionError, match="pad_token_id = 2147483648: must be at most 2147483647"):
+        multipack.Loader(prefix, world_size=1, rank=0, pad_token_id=2**31)
+    multipack.Loader(prefix, world_size=1, rank=0, dtype=np.int64, ignore_index=2**40).close()
     with pytest.raises(multipack.OptionError, match="not both"):
         multipack.Loader(prefix, world_size=1, rank=0, prompt_lengths=[0] * 5000, loss_mask=prefix)
     with pytest.raises(multipack.OptionError, match="start_step 100000 is past"):
