@@ -40,10 +40,13 @@ enum class packing_algorithm : std::uint8_t {
   next_fit,
   /// Randomized: each row is opened with uniformly random unplaced samples, then closed
   /// exactly as exact_fit closes it; samples of equal length are dealt out in a seeded random
-  /// order. Rows are NOT grouped by length (each row is a random mix, so training does not see
-  /// length-sorted batches, which users of other packers found shifted their loss), at the
-  /// price of slightly more time than exact_fit and rows within a few per mille of the lower
-  /// bound. A new seed (one per epoch) gives a new packing.
+  /// order of blocks of 256 consecutive samples (in index order within a block). Rows are NOT
+  /// grouped by length (each row is a random mix, so training does not see length-sorted
+  /// batches, which users of other packers found shifted their loss), at the price of slightly
+  /// more time than exact_fit and rows within a few per mille of the lower bound. A new seed
+  /// (one per epoch) gives a new packing; with few distinct lengths it may pair the same
+  /// samples again (one block order serves every length: with lengths 300 and 700 in rows of
+  /// 1,000, each row takes the next sample of each, and the pairs repeat in another order).
   randomized_exact_fit,
 };
 
