@@ -164,9 +164,10 @@ inline void append_pieces(fmt::memory_buffer& out, std::span<const piece> pieces
   }
 }
 
-/// Throws option_error unless `start_step` is a step of an epoch of `steps` steps.
+/// Throws option_error unless `start_step` is a step of an epoch of `steps` steps, or 0 of an
+/// epoch with none (a resume after its last row: --consumed-rows of every row).
 inline void check_start_step(std::uint64_t start_step, std::uint64_t steps) {
-  if (start_step >= steps)
+  if (start_step >= steps && (start_step != 0 || steps != 0))
     throw option_error(fmt::format("--start-step {} is past the end of the epoch ({} steps, numbered from 0)",
                                    start_step, steps));
 }

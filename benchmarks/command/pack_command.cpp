@@ -167,7 +167,7 @@ void add_pack_command(CLI::App& app, pack_command_options& o, std::function<int(
   add_packing_flags(*command, o.packing);
   command->add_option("--repeat", o.repeat, "pack R times; report the fastest and the first")
       ->capture_default_str()
-      ->transform(non_negative_integer);
+      ->transform(positive_integer);
   command->add_option("--idle-before", o.idle_before,
                       "wait SECONDS before the first packing, before packing into its memory and before timing the first "
                       "touch of fresh memory, "

@@ -233,6 +233,7 @@ expect_error "the directory $work/missing does not exist" --dump-rows "$work/mis
 expect_error "--lengths: expected a path, got an empty value" --lengths ""
 expect_error "--dump-rows: expected a path, got an empty value" --dump-rows ""
 expect_error "'0x1'" --idle-before 0x1
+expect_error "--repeat" --repeat 0
 # Integers are decimal: a leading zero is not octal (CLI11 alone reads 010 as 8).
 expect_success --lengths "$lengths_txt" --capacity 02048 --seed 010 --max-per-row 08 --json
 "$python" -c 'import json, sys; r = json.load(open(sys.argv[1])); assert (r["capacity"], r["seed"], r["max_per_row"]) == (2048, 10, 8), r' \

@@ -448,6 +448,15 @@ expect_error "--start-step $steps_3x16" --world-size 3 --micro-batch 16 --start-
 expect_error "4 ranks" --lengths "$work/three.txt" --world-size 4 --micro-batch 1
 expect_error "remainder drop" --world-size 8 --micro-batch $(((rows_4096 + 8) / 8)) --remainder drop
 expect_error "consumed_rows $((rows_4096 + 1))" --world-size 1 --micro-batch 1 --consumed-rows $((rows_4096 + 1))
+# Every row consumed (a checkpoint after the epoch's last step): a plan of no step, not an error
+# about a --start-step 0 the user did not give.
+expect_success --world-size 2 --micro-batch 1 --consumed-rows "$rows_4096" --json
+"$python" -c 'import json, sys; r = json.load(open(sys.argv[1])); assert r["steps"] == 0, r["steps"]' "$work/out" ||
+  fail "--consumed-rows $rows_4096 (every row): not a plan of no step"
+ok "--consumed-rows $rows_4096 (every row): a plan of no step"
+expect_error "--start-step 1 is past the end of the epoch (0 steps" --world-size 2 --micro-batch 1 \
+  --consumed-rows "$rows_4096" --start-step 1
+expect_error "--repeat" --world-size 1 --micro-batch 1 --repeat 0
 expect_error "no rows" --lengths "$work/empty.txt" --world-size 1 --micro-batch 1
 expect_error "'-1'" --world-size 1 --micro-batch 1 --epoch -1
 expect_error "'18446744073709551616'" --world-size 1 --micro-batch 1 --seed 18446744073709551616
