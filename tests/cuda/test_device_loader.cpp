@@ -277,6 +277,20 @@ TEST_SUITE("device") {
     CHECK(third->step() == 2);
   }
 
+  TEST_CASE("a batch waited on one stream refuses a wait on another: its release orders one stream") {
+    // release() records on the last stream waited on: the first stream's reads could meet the
+    // next copy into the buffer (once overwritten under them, with no error).
+    const auto plan = alpaca_plan(1, 2, 2048);
+    cuda::stream trainer, other;
+    cuda::device_loader<indexed_dataset> loader(alpaca(), plan, 0, {}, {2, 2}, {2});
+    auto batch = loader.next();
+    REQUIRE(batch);
+    batch->wait(trainer.get());
+    batch->wait(trainer.get());  // the same stream again: nothing new to order
+    CHECK(test::contains(test::message_of<option_error>([&] { batch->wait(other.get()); }), "waited on another stream"));
+    batch->release();
+  }
+
   TEST_CASE("a read failing at sample k fails the batch holding k; the loader stops cleanly") {
     const auto plan = alpaca_plan(1, 4, 2048);
     const std::uint64_t failing_step = 6;

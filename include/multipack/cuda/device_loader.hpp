@@ -315,9 +315,16 @@ class device_batch {
 
   /// Makes `consumer` wait, on the device, for the batch's copy: queue work that reads
   /// view() on `consumer` after this. The host never blocks. Remembers `consumer` for
-  /// release(). Throws cuda_error. Cost: one cudaStreamWaitEvent; nothing on the host fallback.
+  /// release(). A batch is read on one stream: wait() on another stream than an earlier
+  /// wait()'s throws option_error, since release() orders the buffer's reuse after one stream
+  /// only, and the first stream's reads could meet the next copy (order the streams yourself,
+  /// with an event, and wait on the last). Throws cuda_error. Cost: one cudaStreamWaitEvent;
+  /// nothing on the host fallback.
   void wait(stream_ref consumer) {
     if (ring_ == nullptr) return;
+    if (waited_on_ && *waited_on_ != consumer.get())
+      throw option_error("device_batch::wait: the batch was waited on another stream already; a batch is read on "
+                         "one stream (release() orders the buffer's reuse after that stream's work only)");
     MULTIPACK_CUDA_CHECK(cudaStreamWaitEvent(consumer.get(), ready_, 0));
     waited_on_ = consumer.get();
   }
