@@ -6,10 +6,13 @@
 
 #include "support/torch_doctest.hpp"  // first: libtorch, then doctest
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <vector>
 
+#include "multipack/cuda/batch_stager.hpp"
 #include "multipack/cuda/device_loader.hpp"
 #include "multipack/data/indexed_dataset.hpp"
 #include "multipack/data/length_list.hpp"
@@ -98,5 +101,28 @@ TEST_SUITE("no_device") {
     CHECK(kept->position_ids[0][0].item<std::int64_t>() == 0);
     CHECK(kept->sequence_ids[0][0].item<std::int64_t>() == 1);
     CHECK(kept->labels[0][0].item<std::int64_t>() == -100);
+  }
+
+  TEST_CASE("a stager's host-fallback batch: CPU tensors of a copy, since its host buffer is the caller's to reuse") {
+    // The fallback batch is the caller's host batch and owns nothing: tensors over it read the
+    // next batch collated there, then freed memory, once the loader's buffers went.
+    const alpaca_loading data;
+    multipack::cuda::batch_stager<std::int64_t> stager({.host_fallback = true});
+    std::optional<multipack::torch::batch_tensors> kept;
+    std::vector<std::int64_t> staged_ids;
+    {
+      multipack::batch_loader<multipack::indexed_dataset, std::int64_t> loader(data.dataset, data.plan, 0, {},
+                                                                             {.threads = 1, .depth = 2});
+      auto lease = loader.next();
+      REQUIRE(lease);
+      const auto& view = (*lease)->view;
+      staged_ids.assign(view.input_ids.begin(), view.input_ids.begin() + view.rows * view.row_length);
+      kept = multipack::torch::to_tensors(stager.stage(view), multipack::cuda::stream_ref::default_stream());
+      CHECK(kept->input_ids.data_ptr() != static_cast<void*>(view.input_ids.data()));
+      CHECK(kept->step == 0);
+    }  // the lease, the loader and its buffers are gone
+    const auto ids = kept->input_ids.contiguous().view({-1});
+    REQUIRE(ids.numel() == static_cast<std::int64_t>(staged_ids.size()));
+    CHECK(std::equal(staged_ids.begin(), staged_ids.end(), ids.data_ptr<std::int64_t>()));
   }
 }
