@@ -14,7 +14,9 @@
 // torch/tensors.hpp). Its loader is built from the prefetch view's own steps and options
 // (whatever views were put before it), as views::to_device's is. After any other input range
 // of batch_view<T> (`prefetch | std::views::take(n)`, a trainer's own batches), each batch is
-// copied into tensors of its own, since the source reuses its memory.
+// copied into tensors of its own, since the source reuses its memory; a batch_view knows no
+// step or rank, so those tensors' `step` and `rank` are 0 (take or drop the steps before
+// prefetch instead, `steps | std::views::take(n) | prefetch`, to keep them).
 //
 // An input view, like views::prefetch: the threads start at begin() (once) and stop when the
 // view is destroyed.
