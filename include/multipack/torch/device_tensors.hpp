@@ -13,6 +13,12 @@
 // must be built with CUDA (Debian's is not: there, a device batch's tensors throw
 // libtorch's "Cannot initialize CUDA" error). On the loader's host fallback the tensors are
 // CPU tensors over the host batch.
+//
+// libtorch queues its kernels on its own current stream, not on `stream`: make `stream`
+// libtorch's current stream while the tensors are used (c10::cuda::CUDAStreamGuard over
+// c10::cuda::getStreamFromExternal(stream.get(), device)), or both orderings above, the wait
+// for the copy and the release after the reads, are on a stream the reads are not. `stream`
+// must outlive the tensors: the last of them records the release on it.
 
 #include <cuda_runtime_api.h>
 
