@@ -171,6 +171,15 @@ TEST_CASE("the composed pipeline gives batch_loader's batches on the same plan, 
     // Cap the steps: take(n) is the head.
     const auto head = all_contents(steps | std::views::take(5) | views::prefetch({1, 2}, options));
     CHECK(head == std::vector(expected.begin(), expected.begin() + 5));
+    // Steps a trainer's view makes by value, owning their rows (each a vector of row vectors):
+    // each batch is collated while its step lives (the loader once kept spans of the rows past
+    // the step, and read freed memory: AddressSanitizer's heap-use-after-free).
+    auto owning = steps | std::views::transform([](const auto& step) {
+                    std::vector<std::vector<piece>> rows;
+                    for (const auto& row : step) rows.emplace_back(row.begin(), row.end());
+                    return rows;
+                  });
+    CHECK(all_contents(owning | views::prefetch({2, 3}, options)) == expected);
   }
 }
 

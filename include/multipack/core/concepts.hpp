@@ -192,17 +192,12 @@ concept row_range = std::ranges::random_access_range<const R> && std::ranges::si
                     packed_row<std::ranges::range_reference_t<const R>>;
 
 /// A step: the micro_batch rows one rank trains on in one step, as a sized random-access range
-/// of rows (an empty row is a padding row). A step given by value (S not an lvalue reference:
-/// a view's temporary, such as a std::views::transform's) has borrowed rows (std::span<const
-/// piece>, a ref_view), not rows of its own: the loader keeps a std::span<const piece> of each
-/// row after the step is gone, which read freed memory when the step owned its rows.
+/// of rows (an empty row is a padding row). A step given by value (a view's temporary) may own
+/// its rows: the loader collates each batch while its step lives.
 template <class S>
 concept step_of_rows = std::ranges::random_access_range<std::remove_reference_t<S>> &&
                        std::ranges::sized_range<std::remove_reference_t<S>> &&
-                       packed_row<std::ranges::range_reference_t<std::remove_reference_t<S>>> &&
-                       (std::is_lvalue_reference_v<S> ||
-                        std::ranges::borrowed_range<
-                            std::remove_cvref_t<std::ranges::range_reference_t<std::remove_reference_t<S>>>>);
+                       packed_row<std::ranges::range_reference_t<std::remove_reference_t<S>>>;
 
 /// What views::prefetch takes: a sized random-access range of steps (views::shard's steps,
 /// `| std::views::drop(k)` to resume at step k, `| std::views::take(n)`), built by index from

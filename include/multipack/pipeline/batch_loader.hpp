@@ -280,7 +280,7 @@ class batch_loader {
         rank_(detail::rank_argument(rank, plan_ ? plan_->schedule.world_size() : 0, "batch_loader")),
         options_(std::move(options)),
         layout_(checked_plan_layout()),
-        rows_of_(plan_rows(plan_, rank_)),
+        build_(plan_build(plan_, rank_)),
         prefetcher_(prefetch, check_start(start_step), plan_->schedule.steps(),
                     [this] { return batch(layout_, options_.memory); },
                     [this](std::uint64_t step, batch& b) { build(step, b); }) {}
@@ -302,7 +302,7 @@ class batch_loader {
         rank_(0),
         options_(std::move(options)),
         layout_(checked_steps_layout(steps)),
-        rows_of_(steps_rows(std::move(steps))),
+        build_(steps_build(std::move(steps))),
         prefetcher_(prefetch, 0, steps_count_, [this] { return batch(layout_, options_.memory); },
                     [this](std::uint64_t step, batch& b) { build(step, b); }) {}
 
@@ -323,8 +323,10 @@ class batch_loader {
   [[nodiscard]] std::uint32_t rank() const noexcept { return rank_; }
 
  private:
-  // Fills the rows of the batch at position i, and the step and rank it records.
-  using rows_function = std::function<void(std::uint64_t, batch&)>;
+  // Fills the rows of the batch at position i, and the step and rank it records, then collates
+  // it (loader.collate) while the step that holds the rows lives: a step given by value (a
+  // view's temporary, such as a std::views::transform's) may own its rows, which go with it.
+  using build_function = std::function<void(std::uint64_t, batch&, const batch_loader& loader)>;
 
   void check_dataset() const {
     if (!dataset_) throw option_error("batch_loader: no dataset");
@@ -345,13 +347,16 @@ class batch_loader {
     return checked_layout_of(*dataset_, steps, options_.capacity, options_.pad_to_multiple);
   }
 
-  static rows_function plan_rows(const std::shared_ptr<const epoch_plan>& plan, std::uint32_t rank) {
-    return [plan = plan.get(), rank](std::uint64_t step, batch& b) { detail::take_rows_of_plan(*plan, step, rank, b); };
+  static build_function plan_build(const std::shared_ptr<const epoch_plan>& plan, std::uint32_t rank) {
+    return [plan = plan.get(), rank](std::uint64_t step, batch& b, const batch_loader& loader) {
+      detail::take_rows_of_plan(*plan, step, rank, b);
+      loader.collate(b);
+    };
   }
 
   template <class Steps>
-  static rows_function steps_rows(Steps steps) {
-    return [steps = std::move(steps)](std::uint64_t i, batch& b) {
+  static build_function steps_build(Steps steps) {
+    return [steps = std::move(steps)](std::uint64_t i, batch& b, const batch_loader& loader) {
       auto&& step = std::ranges::begin(steps)[static_cast<std::ranges::range_difference_t<const Steps>>(i)];
       const auto first = std::ranges::begin(step);
       for (std::size_t slot = 0; slot < b.rows.size(); ++slot)
@@ -365,6 +370,7 @@ class batch_loader {
         b.rank = step.rank();
       else
         b.rank = 0;
+      loader.collate(b);
     };
   }
 
@@ -375,10 +381,8 @@ class batch_loader {
     return start_step;
   }
 
-  void build(std::uint64_t position, batch& b) const {
-    rows_of_(position, b);
-    detail::collate_rows(*dataset_, options_, b);
-  }
+  void collate(batch& b) const { detail::collate_rows(*dataset_, options_, b); }
+  void build(std::uint64_t position, batch& b) const { build_(position, b, *this); }
 
   std::shared_ptr<const D> dataset_;
   std::shared_ptr<const epoch_plan> plan_;  // the plan form's
@@ -386,7 +390,7 @@ class batch_loader {
   batch_options options_;
   std::uint64_t steps_count_ = 0;  // the steps form's; set while the layout is checked
   batch_layout layout_;
-  rows_function rows_of_;
+  build_function build_;
   prefetcher<batch> prefetcher_;  // last: its workers use everything above
 };
 
