@@ -39,11 +39,13 @@ namespace multipack::torch {
 /// is released on `consumer`. O(1), one allocation, no copy; but a stager's host-fallback
 /// batch owns no buffer (it is the caller's host batch, which stage() lets the caller reuse):
 /// its tensors are a copy (copy_tensors), or reusing the host buffers would change them. Throws
-/// cuda_error (the wait, the pointer query), what torch::from_blob throws (no CUDA in
-/// libtorch); the batch is then released.
+/// cuda_error (the wait, the pointer query), option_error for a batch waited on another
+/// stream already (device_batch::wait), what torch::from_blob throws (no CUDA in libtorch); the
+/// batch is then released.
 template <batch_token T>
 [[nodiscard]] batch_tensors to_tensors(cuda::device_batch<T>&& batch, cuda::stream_ref consumer) {
-  if (!batch.on_device() && !batch) return copy_tensors(batch.view().host(), batch.step(), batch.rank());
+  if (!batch && !batch.view().on_device)  // a stager's fallback: a host batch, no lease (not an empty batch)
+    return copy_tensors(batch.view().host(), batch.step(), batch.rank());
   auto owner = std::make_shared<cuda::device_batch<T>>(std::move(batch));
   owner->wait(consumer);
   ::torch::Device device = ::torch::kCPU;
