@@ -489,8 +489,8 @@ class Loader(_Epochs):
         start building now, and its planning thread plans the next epoch."""
         # An iteration still reading the C++ loader closed here must not end as if its epoch did.
         running = self._iteration() if self._iteration is not None else None
-        if running is not None and running._batches is not None:
-            running._superseded = True
+        if running is not None and running._batches is not None and running._batches is self._batches:
+            running._superseded = True  # not one that close() ended already
         self.close()
         self._arguments.rank = self.rank
         self._arguments.start_step = start_step

@@ -60,22 +60,32 @@ def test_a_token_mask_gives_the_prompt_lengths_batches(bench, tmp_path, prefix, 
         assert np.array_equal(labels_a, labels_b) and loss_a == loss_b
 
 
-def write_token_mask(prefix, masks):
-    """A Megatron indexed dataset of uint8 0/1, one sample a mask (MMIDIDX version 1)."""
-    sizes = np.array([len(m) for m in masks], dtype=np.int32)
-    pointers = np.concatenate([[0], np.cumsum(sizes[:-1], dtype=np.int64)]).astype(np.int64)
+# Megatron's dtype codes of the two kinds this file writes.
+_MEGATRON_CODES = {np.dtype(np.uint8): 1, np.dtype(np.int32): 4}
+
+
+def write_megatron(prefix, samples, dtype):
+    """A Megatron indexed dataset (MMIDIDX version 1) of `dtype`, one document a sample."""
+    dtype = np.dtype(dtype)
+    sizes = np.array([len(s) for s in samples], dtype=np.int32)
+    pointers = np.concatenate([[0], np.cumsum(sizes[:-1], dtype=np.int64) * dtype.itemsize]).astype(np.int64)
     with open(f"{prefix}.bin", "wb") as f:
-        for m in masks:
-            f.write(np.asarray(m, dtype=np.uint8).tobytes())
+        for s in samples:
+            f.write(np.asarray(s, dtype=dtype).tobytes())
     with open(f"{prefix}.idx", "wb") as f:
         f.write(b"MMIDIDX\x00\x00")
         f.write(np.array([1], dtype=np.uint64).tobytes())
-        f.write(np.array([1], dtype=np.uint8).tobytes())  # dtype code 1: uint8
-        f.write(np.array([len(masks)], dtype=np.uint64).tobytes())
-        f.write(np.array([len(masks) + 1], dtype=np.uint64).tobytes())
+        f.write(np.array([_MEGATRON_CODES[dtype]], dtype=np.uint8).tobytes())
+        f.write(np.array([len(samples)], dtype=np.uint64).tobytes())
+        f.write(np.array([len(samples) + 1], dtype=np.uint64).tobytes())
         f.write(sizes.tobytes())
         f.write(pointers.tobytes())
-        f.write(np.arange(len(masks) + 1, dtype=np.int64).tobytes())
+        f.write(np.arange(len(samples) + 1, dtype=np.int64).tobytes())
+
+
+def write_token_mask(prefix, masks):
+    """A per-token loss mask: uint8 0/1, one sample a mask."""
+    write_megatron(prefix, masks, np.uint8)
 
 
 def indexed_samples(prefix):
@@ -207,17 +217,6 @@ def test_resume_from_state_dict_is_the_tail(prefix, prompt_lengths_file):
     assert all(np.array_equal(a, b) for a, b in zip(taken + tail, full))
 
 
-def write_megatron_int32(prefix, samples):
-    """A Megatron indexed dataset of int32 tokens, one document a sample."""
-    sizes = np.array([len(s) for s in samples], dtype=np.int32)
-    pointers = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)[:-1] * 4]).astype(np.int64)
-    with open(f"{prefix}.idx", "wb") as idx:
-        idx.write(b"MMIDIDX\x00\x00" + (1).to_bytes(8, "little") + bytes([4]) + len(samples).to_bytes(8, "little")
-                  + (len(samples) + 1).to_bytes(8, "little"))
-        idx.write(sizes.tobytes() + pointers.tobytes() + np.arange(len(samples) + 1, dtype=np.int64).tobytes())
-    np.concatenate(samples).astype(np.int32).tofile(f"{prefix}.bin")
-
-
 def test_prompt_length_files_named_for_their_shards_go_with_them_in_any_order(tmp_path):
     # 11 shards: sorted(glob()) lists shard_10 before shard_2, where the directory's shards are
     # in natural order. Every prompt fits every sample, so a file paired with another shard of
@@ -225,7 +224,8 @@ def test_prompt_length_files_named_for_their_shards_go_with_them_in_any_order(tm
     rng = np.random.default_rng(4)
     prompts = []
     for k in range(11):
-        write_megatron_int32(tmp_path / f"shard_{k}", [rng.integers(0, 32000, n) for n in rng.integers(20, 200, 30)])
+        samples = [rng.integers(0, 32000, n) for n in rng.integers(20, 200, 30)]
+        write_megatron(tmp_path / f"shard_{k}", samples, np.int32)
         prompts.append(rng.integers(0, 20, 30))
         np.savetxt(tmp_path / f"shard_{k}.prompt_lengths", prompts[-1], fmt="%d")
     globbed = sorted(str(p) for p in tmp_path.glob("*.prompt_lengths"))
@@ -255,10 +255,12 @@ def test_a_second_iteration_ends_the_first_with_an_error_not_as_a_short_epoch(pr
         next(first)  # once ended quietly: a loop that looked like a whole epoch of 10 steps
     assert loader.state_dict()["step"] == 1
     assert sum(1 for _ in second) == len(loader) - 1
-    # close() from elsewhere still ends a loop quietly.
+    # close() from elsewhere still ends a loop quietly, also when another iteration starts after it.
     third = iter(loader)
     next(third)
     loader.close()
+    fourth = iter(loader)
+    next(fourth)
     assert list(third) == []
 
 
