@@ -326,7 +326,7 @@ TEST_CASE("a blend takes w x N samples of each corpus, N in all: whole passes, t
                        "1 weights for 2 corpora"));
   // Finite weights whose sum overflows: each corpus still takes its share (the sum once became
   // infinite, every normalised weight 0, and the last corpus took all N).
-  const double huge = std::numeric_limits<double>::max() / 1.5;
+  const double huge = std::numeric_limits<double>::max();
   const blended_dataset big(open_both(), {huge, huge}, {.samples = 1000});
   CHECK(big.report()[0].weight == 0.5);
   CHECK(big.report()[0].taken == 500);
@@ -334,6 +334,14 @@ TEST_CASE("a blend takes w x N samples of each corpus, N in all: whole passes, t
   const blended_dataset big_and_small(open_both(), {huge, huge / 3}, {.samples = 1000});
   CHECK(big_and_small.report()[0].taken == 750);
   CHECK(big_and_small.report()[1].taken == 250);
+  // The scaling keeps the counts of weights that never overflowed, ties at .5 included (a
+  // division by the largest weight once moved 0.1, 0.6, 0.1 of 4 from 1, 3, 0 to 1, 2, 1).
+  std::vector<indexed_dataset> three;
+  for (const auto& p : {written[0], written[1], written[0]}) three.emplace_back(p);
+  const blended_dataset tie(std::move(three), {0.1, 0.6, 0.1}, {.samples = 4});
+  CHECK(tie.report()[0].taken == 1);
+  CHECK(tie.report()[1].taken == 3);
+  CHECK(tie.report()[2].taken == 0);
   // A -1 that became 2^64 - 1 once overflowed llround and the sum of the corpora's shares into
   // an empty blend; it is refused, as any N of 2^32 - 1 or more is.
   const int minus_one = -1;

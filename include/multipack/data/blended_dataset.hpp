@@ -76,10 +76,11 @@ class blended_dataset {
       largest = std::max(largest, weights[k]);
       available += corpora_[k].size();
     }
-    // Scaled by the largest before summing: finite weights can sum to infinity (1e308 twice),
-    // which made every normalised weight 0 and gave the last corpus all N.
+    // Scaled by a power of two near the largest before summing: finite weights can sum to
+    // infinity (1e308 twice), which made every normalised weight 0 and gave the last corpus
+    // all N. A power of two keeps every ratio, and so every count, exactly as before.
     double sum = 0;
-    for (double& w : weights) sum += (w /= largest);
+    for (double& w : weights) sum += (w = std::ldexp(w, -std::ilogb(largest)));
     const std::uint64_t total = options.samples != 0 ? options.samples : available;
     report_.resize(corpora_.size());
     // Corpus k takes its share of N rounded so that the shares add up to N exactly: the
