@@ -317,8 +317,9 @@ class device_batch {
   /// view() on `consumer` after this. The host never blocks. Remembers `consumer` for
   /// release(). A batch is read on one stream: wait() on another stream than an earlier
   /// wait()'s throws option_error, since release() orders the buffer's reuse after one stream
-  /// only, and the first stream's reads could meet the next copy (order the streams yourself,
-  /// with an event, and wait on the last). Throws cuda_error. Cost: one cudaStreamWaitEvent;
+  /// only, and the first stream's reads could meet the next copy (a trainer that reads it on
+  /// several streams orders them itself, with ready_event(), and gives it back with
+  /// release(stream) naming the last). Throws cuda_error. Cost: one cudaStreamWaitEvent;
   /// nothing on the host fallback.
   void wait(stream_ref consumer) {
     if (ring_ == nullptr) return;

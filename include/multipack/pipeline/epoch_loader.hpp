@@ -26,8 +26,8 @@
 //   where it is smaller (found once, O(samples + capacity)).
 //
 // Epoch e + 1's plan is checked on the planning thread (rank, world size, micro-batch,
-// capacity, pieces in the dataset); a plan that fails the checks, or a planner that throws, fails the batch at that
-// epoch's first step, after every batch before it has been delivered.
+// capacity, pieces in the dataset); a plan that fails the checks, or a planner that throws,
+// fails the batch at that epoch's first step, after every batch before it has been delivered.
 
 #include <algorithm>
 #include <chrono>
