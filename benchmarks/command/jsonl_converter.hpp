@@ -248,7 +248,8 @@ class jsonl_converter {
 
   void open_companion(companion kind) {
     kind_ = kind;
-    if (kind == companion::prompt_lengths) prompts_ = std::make_unique<prompt_lengths_writer>(o_.output + std::string(prompt_lengths_suffix));
+    if (kind == companion::prompt_lengths)
+      prompts_ = std::make_unique<prompt_lengths_writer>(o_.output + std::string(prompt_lengths_suffix));
     if (kind == companion::labels)
       mask_writer_ = std::make_unique<indexed_dataset_writer>(o_.output + std::string(token_mask_suffix), token_dtype::uint8);
   }

@@ -28,9 +28,8 @@
 // Ownership: a range given as an lvalue (a dataset, a vector) is referred to and must outlive
 // the views (std::views::all's rule), unchanged: the pack view keeps iterators into it, which a
 // vector's growth (push_back, reserve) invalidates. One given as an rvalue is moved into the
-// pipeline. The
-// packing and the schedule are shared, never copied, between a view, its copies and the stages
-// after it: views are cheap to copy.
+// pipeline. The packing and the schedule are shared, never copied, between a view, its copies
+// and the stages after it: views are cheap to copy.
 
 #include <concepts>
 #include <cstddef>
