@@ -115,7 +115,7 @@ void add_load_command(CLI::App& app, load_command_options& o, std::function<int(
       ->check(CLI::Range(std::uint64_t{0}, std::uint64_t{1} << 20));
   command->add_flag("--int64", o.int64, "int64 token arrays (default int32)");
   command->add_flag("--json", o.json, "print one JSON object on standard output");
-  command->add_option("--dump-batches", o.dump_batches,
+  auto* dump = command->add_option("--dump-batches", o.dump_batches,
                       "write the first batches to DIR as .npy: step{S:06}_rank{R}_{array}.npy "
                       "(epoch{E}_step... with --epochs > 1)")
       ->check(non_empty_path);
@@ -124,19 +124,21 @@ void add_load_command(CLI::App& app, load_command_options& o, std::function<int(
       ->capture_default_str()
       ->transform(positive_integer);
   command->add_option("--dump-count", o.dump_count, "batches --dump-batches writes")->capture_default_str()
-      ->transform(non_negative_integer);
+      ->transform(non_negative_integer)
+      ->needs(dump);
   command->add_option("--pipeline", o.pipeline,
                       "plan: one epoch_loader over every epoch's plan_epoch; views: dataset | views::pack | views::shard "
                       "| std::views::drop(start step) | views::prefetch")
       ->capture_default_str()
       ->check(CLI::IsMember({"plan", "views"}));
-  command->add_flag("--device", o.device,
+  auto* device = command->add_flag("--device", o.device,
                     "copy the batches to the GPU through pinned buffers (multipack::cuda); the simulated step "
                     "is a kernel on the trainer's stream");
   command->add_option("--batches-in-flight", o.batches_in_flight, "with --device: device buffers")
       ->capture_default_str()
       ->transform(positive_integer)
-      ->check(CLI::Range(std::size_t{1}, std::size_t{1024}));
+      ->check(CLI::Range(std::size_t{1}, std::size_t{1024}))
+      ->needs(device);
   command->callback([&o, &action, refused] {
     for (const CLI::Option* option : refused)
       if (option->count() != 0) {

@@ -134,10 +134,11 @@ inline void add_input_flags(CLI::App& command, input_flags& o) {
   auto* lengths = command.add_option("--lengths", o.lengths_file, "text file: one sample length per line")
                       ->check(non_empty_path);
   data->excludes(lengths);
-  command.add_option("--resample", o.resample, "draw N lengths with replacement from the input (for scale)")
-      ->transform(non_negative_integer);
+  auto* resample = command.add_option("--resample", o.resample, "draw N lengths with replacement from the input (for scale)")
+                       ->transform(non_negative_integer);
   command.add_option("--resample-seed", o.resample_seed, "seed of --resample")->capture_default_str()
-      ->transform(non_negative_integer);
+      ->transform(non_negative_integer)
+      ->needs(resample);
   command.add_option("--blend-samples", o.blend_samples,
                      "samples of a blend's epoch (weighted --data); 0: the corpora's samples in all")
       ->capture_default_str()

@@ -539,6 +539,9 @@ expect_error "--depth 65536" --depth 65536 --capacity 65536 --micro-batch 256
 expect_error "$work/a-file/batches" --dump-batches "$work/a-file/batches"
 expect_error "--dump-batches" --device --dump-batches "$work/batches"
 expect_error "--batches-in-flight" --device --batches-in-flight 0
+# An option that only tunes another is refused without it: it would have no effect.
+expect_error "--dump-count requires --dump-batches" --dump-count 3
+expect_error "--batches-in-flight requires --device" --batches-in-flight 3
 # A path given empty (an unset shell variable) is refused: it read as not given, and the run
 # went on without a mask, or without the dump.
 expect_error "--loss-mask: expected a path, got an empty value" --loss-mask ""

@@ -240,6 +240,8 @@ expect_success --lengths "$lengths_txt" --capacity 02048 --seed 010 --max-per-ro
   "$work/out" || fail "--capacity 02048 --seed 010: not read as decimal"
 ok "--capacity 02048 --seed 010 --max-per-row 08: decimal 2048, 10 and 8"
 expect_error "'99999999999999999999'" --resample 99999999999999999999
+# --resample-seed alone would have no effect: refused.
+expect_error "--resample-seed requires --resample" --lengths "$lengths_txt" --resample-seed 3
 expect_error "--no-such-flag" --no-such-flag
 expect_error "$work/missing" --data "$work/missing"
 expect_error "$work/truncated.idx" --data "$work/truncated"
