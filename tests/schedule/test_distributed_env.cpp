@@ -112,6 +112,10 @@ TEST_CASE("Slurm: only a task that srun started is one of the allocation's tasks
   // An allocation of one task: that process is the whole job.
   check_env(read({{"SLURM_NTASKS", "1"}, {"SLURM_PROCID", "0"}, {"SLURM_LOCALID", "0"}}), 0, 1, 0, "Slurm");
   check_env(read({{"SLURM_PROCID", "0"}}), 0, 1, 0, "Slurm");
+  // An allocation of no task is malformed, as a world size of 0 from any launcher is (it was
+  // read as one task).
+  CHECK(read_error({{"SLURM_NTASKS", "0"}, {"SLURM_PROCID", "0"}}) ==
+        "distributed_env: world size 0 (SLURM_NTASKS=0): a world has at least 1 rank");
   // The tasks that `srun` starts from that script: the step's task count is the world.
   check_env(read({{"SLURM_NTASKS", "4"}, {"SLURM_STEP_NUM_TASKS", "4"}, {"SLURM_PROCID", "3"},
                   {"SLURM_LOCALID", "1"}}),

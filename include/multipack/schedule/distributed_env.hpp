@@ -180,6 +180,8 @@ inline std::optional<launcher_values> read_slurm(const std::function<const char*
   const auto rank = read_env_number(lookup, slurm_variables.rank);
   const auto local = read_env_number(lookup, slurm_variables.local_rank);
   if (!tasks && !rank && !local) return std::nullopt;
+  if (tasks && tasks->value == 0)
+    throw option_error("distributed_env: world size 0 (" + tasks->shown() + "): a world has at least 1 rank");
   if ((tasks && tasks->value > 1) || (rank && rank->value > 0)) {
     const env_number& shown = tasks && tasks->value > 1 ? *tasks : *rank;
     throw option_error("distributed_env: " + shown.shown() + " but SLURM_STEP_NUM_TASKS is not set: this process " +
