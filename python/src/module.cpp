@@ -61,8 +61,12 @@ class lengths_argument {
     if (array.ndim() != 1)
       throw option_error(std::string(what) + ": expected a one-dimensional array of lengths, got " +
                        std::to_string(array.ndim()) + " dimensions");
-    const char kind = array.dtype().kind();
     if (array.size() == 0) return;  // [] is float64 to numpy: no values, no type to check
+    // numpy makes float64 of a list that mixes numpy.uint64 with Python ints or holds an int
+    // past 2^63 - 1, and object of one past 2^64 - 1: read such a list's integers exactly.
+    if (const char k = array.dtype().kind(); (k == 'f' || k == 'O') && !py::isinstance<py::array>(values))
+      if (auto exact = exact_integers(values, what)) array = std::move(*exact);
+    const char kind = array.dtype().kind();
     if (kind != 'i' && kind != 'u')
       throw py::type_error(std::string(what) + ": lengths must be integers, got dtype " +
                            py::str(array.dtype()).cast<std::string>());
@@ -91,6 +95,39 @@ class lengths_argument {
  private:
   template <class T>
   using array_of = py::array_t<T, py::array::c_style | py::array::forcecast>;
+
+  // The items of a sequence as uint64 (int64 where one is negative, which the packer refuses
+  // naming the sample); std::nullopt when an item is not an integer (1.5). Throws
+  // sample_error for an integer outside both types. O(n).
+  static std::optional<py::array> exact_integers(const py::handle& values, const char* what) {
+    std::vector<py::int_> items;
+    bool negative = false;
+    for (const py::handle item : values) {
+      PyObject* index = PyNumber_Index(item.ptr());  // ints, numpy integers, bool; not floats
+      if (index == nullptr) {
+        PyErr_Clear();
+        return std::nullopt;
+      }
+      items.push_back(py::reinterpret_steal<py::int_>(index));
+      negative = negative || PyObject_RichCompareBool(index, py::int_(0).ptr(), Py_LT) == 1;
+    }
+    const auto fill = [&]<class T>(T (*read)(PyObject*)) {
+      array_of<T> out(static_cast<py::ssize_t>(items.size()));
+      T* data = out.mutable_data();
+      for (std::size_t i = 0; i < items.size(); ++i) {
+        data[i] = read(items[i].ptr());
+        if (PyErr_Occurred() != nullptr) {
+          PyErr_Clear();
+          throw sample_error(std::string(what) + ": sample " + std::to_string(i) + " has length " +
+                             py::str(items[i]).cast<std::string>() + ", outside a 64-bit integer");
+        }
+      }
+      return py::array(std::move(out));
+    };
+    if (negative) return fill(+[](PyObject* v) -> std::int64_t { return PyLong_AsLongLong(v); });
+    return fill(+[](PyObject* v) -> std::uint64_t { return PyLong_AsUnsignedLongLong(v); });
+  }
+
   // No values (an empty argument), or the array holding them.
   std::variant<std::monostate, array_of<std::uint32_t>, array_of<std::uint64_t>, array_of<std::int64_t>> values_;
 };

@@ -105,7 +105,9 @@ def test_rows_are_views_over_the_packing(lengths):
 
 @pytest.mark.parametrize("convert", [lambda a: a.astype(np.int32), lambda a: a.astype(np.uint16),
                                      lambda a: a.astype(np.uint64), lambda a: list(map(int, a)),
-                                     lambda a: tuple(a.astype(np.int16)), lambda a: a[::-1][::-1]])
+                                     lambda a: tuple(a.astype(np.int16)), lambda a: a[::-1][::-1],
+                                     # numpy makes this list float64: its integers are read exactly
+                                     lambda a: [np.uint64(a[0])] + list(map(int, a[1:]))])
 def test_any_integer_lengths_give_the_same_rows(lengths, convert):
     want = multipack.pack(lengths, 2048)
     got = multipack.pack(convert(lengths), 2048)
@@ -151,6 +153,9 @@ def test_empty_and_zero_lengths():
     (["3"], TypeError, "integers"),
     ([[1, 2], [3, 4]], ValueError, "one-dimensional"),
     ([2**40], ValueError, "sample 0"),
+    # Integers that numpy makes float64 or object: read exactly, refused for their length.
+    ([np.uint64(3), 2**63], ValueError, "sample 1 has 9223372036854775808 tokens"),
+    ([2**64], ValueError, "sample 0 has length 18446744073709551616"),
 ])
 def test_bad_lengths_are_refused(lengths, error, message):
     with pytest.raises(error, match=message) as caught:
