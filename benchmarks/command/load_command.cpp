@@ -105,7 +105,8 @@ void add_load_command(CLI::App& app, load_command_options& o, std::function<int(
       ->capture_default_str()
       ->check(step_milliseconds);
   command->add_option("--pad-to-multiple", o.pad_to_multiple,
-                      "0: rows of the capacity; N: the batch's longest row rounded up to a multiple of N")
+                      "0: rows of the capacity; N: the batch's longest row rounded up to a multiple of N, "
+                      "at most the capacity")
       ->capture_default_str()
       ->transform(non_negative_integer);
   command->add_option("--memcpy-buffer-mib", o.memcpy_buffer_mib,

@@ -14,8 +14,10 @@ Swapping axolotl's (or a Hugging Face Trainer's) sampler for multipack's is a fe
 collator stays the one that turns a row of sample indices into a packed row:
 
     from multipack import BatchSampler
+    # all_ranks=True: accelerate's prepare_data_loader (axolotl's, a Trainer's) hands process
+    # p every N-th batch; a per-rank sampler there would keep 1/N of its steps (see the README)
     sampler = BatchSampler(lengths=train_dataset["length"], capacity=cfg.sequence_len,
-                           micro_batch=cfg.micro_batch_size, seed=cfg.seed)   # rank from torchrun
+                           micro_batch=cfg.micro_batch_size, seed=cfg.seed, all_ranks=True)
     loader = DataLoader(train_dataset, batch_sampler=sampler, collate_fn=collator)
     # each epoch: sampler.set_epoch(epoch); checkpoints: sampler.state_dict() / load_state_dict()
 
