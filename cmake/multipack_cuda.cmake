@@ -43,8 +43,3 @@ if(multipack_has_cuda AND multipack_is_top_level AND NOT MULTIPACK_SANITIZE
     set(multipack_has_nvcc ON)
   endif()
 endif()
-
-# CMake 3.25 ignores CUDA_STANDARD 20 for nvcc: targets with .cu files take this instead.
-function(multipack_nvcc_target target)
-  target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-std=c++20>)
-endfunction()
