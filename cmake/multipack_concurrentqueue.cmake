@@ -1,6 +1,7 @@
 # moodycamel's concurrentqueue as the target concurrentqueue::concurrentqueue, wherever it is
-# installed: upstream, vcpkg and Conan ship a CMake config that makes that target; Debian
-# ships only the headers (under <concurrentqueue/...>), for which this makes it. Used by the
+# installed: upstream and Conan ship a CMake config that makes that target; Debian ships only
+# the headers (under <concurrentqueue/...>), and vcpkg the headers there with a config of
+# another name (unofficial-concurrentqueue), for which this makes it. Used by the
 # build and by the installed package config alike.
 if(NOT TARGET concurrentqueue::concurrentqueue)
   find_package(concurrentqueue CONFIG QUIET)

@@ -1,13 +1,16 @@
 #pragma once
-// moodycamel's blocking concurrent queue, wherever it is installed: upstream, vcpkg and Conan
-// put it under <moodycamel/...> (or the include root), Debian under <concurrentqueue/...>.
+// moodycamel's blocking concurrent queue, wherever it is installed: upstream and Conan put it
+// under <moodycamel/...> (or the include root), Debian and vcpkg under <concurrentqueue/...>.
+// In that order: the concurrentqueue::concurrentqueue target's copy (upstream's, Conan's) wins
+// over a Debian copy in /usr/include, which a program including <moodycamel/...> itself would
+// otherwise get twice (two files, two definitions of the queue).
 
-#if __has_include(<concurrentqueue/blockingconcurrentqueue.h>)
-#include <concurrentqueue/blockingconcurrentqueue.h>
-#elif __has_include(<moodycamel/blockingconcurrentqueue.h>)
+#if __has_include(<moodycamel/blockingconcurrentqueue.h>)
 #include <moodycamel/blockingconcurrentqueue.h>
 #elif __has_include(<blockingconcurrentqueue.h>)
 #include <blockingconcurrentqueue.h>
+#elif __has_include(<concurrentqueue/blockingconcurrentqueue.h>)
+#include <concurrentqueue/blockingconcurrentqueue.h>
 #else
 #error "multipack: moodycamel's concurrentqueue is not on the include path"
 #endif
