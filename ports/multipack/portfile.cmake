@@ -36,7 +36,11 @@ vcpkg_cmake_install()
 # The project installs its CMake package in share/cmake/multipack; vcpkg wants share/multipack.
 # The fixup moves it, deletes the emptied share/cmake and corrects the relative install prefix.
 vcpkg_cmake_config_fixup(CONFIG_PATH share/cmake/multipack)
-# share/pkgconfig/multipack.pc: make its prefix relative to where vcpkg installs it.
+# vcpkg takes a .pc file in share/pkgconfig only without Libs (ours has -pthread): it goes to
+# lib/pkgconfig (the same depth, so its relative prefix holds), which the fixup then corrects.
+file(MAKE_DIRECTORY "${CURRENT_PACKAGES_DIR}/lib/pkgconfig")
+file(RENAME "${CURRENT_PACKAGES_DIR}/share/pkgconfig/multipack.pc" "${CURRENT_PACKAGES_DIR}/lib/pkgconfig/multipack.pc")
+file(REMOVE_RECURSE "${CURRENT_PACKAGES_DIR}/share/pkgconfig")
 vcpkg_fixup_pkgconfig()
 
 # The licence goes to share/multipack/copyright, not to the project's share/doc copy.
