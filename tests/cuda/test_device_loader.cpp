@@ -57,6 +57,10 @@ batch_options masked(std::uint32_t pad_to_multiple) {
 /// A stand-in for a training step: holds the stream for a while before it reads the batch.
 void CUDART_CB train_for_a_while(void*) { std::this_thread::sleep_for(std::chrono::microseconds(300)); }
 
+/// Holds the copy stream well past the stand-in step, so that a read not ordered after the copy
+/// reads the buffer before the batch lands.
+void CUDART_CB hold_the_copy_stream(void*) { std::this_thread::sleep_for(std::chrono::milliseconds(50)); }
+
 /// Reads device batches back on the trainer's stream, into pinned memory allocated up front
 /// (so that the reading allocates nothing and copies asynchronously).
 template <class T>
@@ -202,6 +206,34 @@ TEST_SUITE("device") {
     check_one_epoch<std::int32_t>(0, 1, 3, 1);
     check_one_epoch<std::int64_t>(64, 2, 2, 0);
     check_one_epoch<std::int64_t>(0, 3, 4, 1);
+  }
+
+  TEST_CASE("wait() orders the trainer's stream after the batch's copy, however late the copy runs") {
+    // The copy stream is held 50 ms before each copy is queued: the trainer's read-back (queued
+    // at once) sees the batch only if wait() made its stream wait for the copy.
+    const auto dataset = alpaca();
+    const auto plan = alpaca_plan(1, 4, 2048);
+    const batch_options options = masked(0);
+    const std::uint64_t steps = 3;
+    cuda::stream trainer;
+    read_back<std::int32_t> results(layout_of(*plan), steps);
+    {
+      cuda::device_loader<indexed_dataset> loader(dataset, plan, 0, options, {2, 2}, {2});
+      REQUIRE(loader.on_device());
+      for (std::uint64_t step = 0; step < steps; ++step) {
+        MULTIPACK_CUDA_CHECK(cudaLaunchHostFunc(loader.copy_stream(), &hold_the_copy_stream, nullptr));
+        auto batch = loader.next();
+        REQUIRE(batch);
+        batch->wait(trainer.get());
+        results.enqueue(step, batch->view(), trainer.get());
+        batch->release(trainer.get());
+      }
+      trainer.synchronize();
+    }
+    for (std::uint64_t step = 0; step < steps; ++step) {
+      CAPTURE(step);
+      CHECK(results.contents(step) == test::reference<std::int32_t>(*dataset, *plan, step, 0, options));
+    }
   }
 
   TEST_CASE("device_epoch_loader: epochs as one stream, each as the host built it, nothing made between them") {
