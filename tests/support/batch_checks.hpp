@@ -31,16 +31,23 @@ std::vector<std::int64_t> contents(const batch_view<T>& b) {
   return all;
 }
 
+/// These rows collated directly into buffers of `layout`, on this thread: the reference.
+template <class T, class Dataset>
+std::vector<std::int64_t> collated(const Dataset& dataset, const batch_layout& layout,
+                                   std::span<const std::span<const piece>> rows, const batch_options& options) {
+  batch_buffers<T> storage(layout);
+  batch_view<T> view = storage.view();
+  collate(dataset, rows, options.mask, options.collate, view);
+  return contents(view);
+}
+
 /// The batch of (step, rank) collated directly, on this thread: the reference.
 template <class T, class Dataset>
 std::vector<std::int64_t> reference(const Dataset& dataset, const epoch_plan& plan, std::uint64_t step,
                                     std::uint32_t rank, const batch_options& options) {
-  batch_buffers<T> storage(layout_of(plan, options.pad_to_multiple));
-  batch_view<T> view = storage.view();
   std::vector<std::span<const piece>> rows;
   for (std::uint32_t slot = 0; slot < plan.schedule.micro_batch(); ++slot) rows.push_back(plan.pieces(step, rank, slot));
-  collate(dataset, std::span<const std::span<const piece>>(rows), options.mask, options.collate, view);
-  return contents(view);
+  return collated<T>(dataset, layout_of(plan, options.pad_to_multiple), rows, options);
 }
 
 /// A dataset whose reads of one sample fail, as a disk error would.

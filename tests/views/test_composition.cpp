@@ -196,12 +196,24 @@ TEST_CASE("standard views between every pair of stages") {
     for (std::size_t r = 0; r < rows.size(); ++r) REQUIRE(std::ranges::equal(rows[r], reference.rows[r]));
     // ... and the batches read samples 1000 + i of the dataset.
     std::uint64_t tokens = 0;
-    for (const auto& b : rows | views::shard(schedule, 0) | views::prefetch()) {
-      for (const auto& [start, n] : pieces_of(b)) {
-        (void)start;
-        tokens += n;
-      }
+    auto steps = rows | views::shard(schedule, 0);
+    std::uint64_t step = 0;
+    for (const auto& b : steps | views::prefetch()) {
+      const auto pieces = pieces_of(b);
+      std::size_t k = 0;
+      for (const auto row : steps[step])
+        for (const piece& p : row) {
+          REQUIRE(k < pieces.size());
+          const auto [start, n] = pieces[k++];
+          REQUIRE(n == p.length());
+          const auto sample = alpaca().tokens<std::uint16_t>(1000 + p.sample);
+          for (std::size_t t = 0; t < n; ++t) REQUIRE(b.input_ids[start + t] == sample[p.begin + t]);
+          tokens += n;
+        }
+      REQUIRE(k == pieces.size());
+      ++step;
     }
+    CHECK(step == steps.size());
     CHECK(tokens == reference.report.packed_tokens);
   }
 

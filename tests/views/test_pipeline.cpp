@@ -15,8 +15,10 @@
 #include "multipack/data/loss_mask.hpp"
 #include "multipack/schedule/distributed_env.hpp"
 #include "multipack/views.hpp"
+#include "support/batch_checks.hpp"
 #include "support/expect.hpp"
 #include "support/paths.hpp"
+#include "support/threads.hpp"
 
 using namespace multipack;
 
@@ -30,7 +32,7 @@ static_assert(std::ranges::view<alpaca_steps>);
 static_assert(std::ranges::input_range<views::prefetch_view<alpaca_steps>>);
 static_assert(std::ranges::view<views::prefetch_view<alpaca_steps>>);
 
-TEST_CASE("the README's pipeline compiles and trains on every token of this rank, once") {
+TEST_CASE("the README's pipeline compiles and runs: every step, as many tokens as the packing holds") {
   std::uint64_t steps = 0;
   std::uint64_t real_tokens = 0;
   auto train = [&](std::span<std::int32_t> input_ids, std::span<std::int32_t> labels, std::span<std::int32_t> positions,
@@ -98,13 +100,14 @@ TEST_CASE("each stage alone gives what its room gives") {
   batch_options batch;
   batch.mask = loss_mask::open_prompt_lengths(test::source_dir() / "data/alpaca/prompt_lengths.txt");
   auto batches = steps | views::prefetch_as<std::int64_t>({3, 4}, batch);
+  batch_layout layout;  // the step's rows collated on this thread, into buffers of any pieces a row
+  layout.micro_batch = 2;
+  layout.capacity = 2048;
   std::uint64_t count = 0;
   for (const batch_view<std::int64_t>& b : batches) {
     const auto step = steps[count];
-    std::uint64_t tokens = 0;
-    for (std::uint32_t slot = 0; slot < 2; ++slot)
-      for (const piece& p : step[slot]) tokens += p.length();
-    REQUIRE(b.real_tokens == tokens);
+    const std::vector<std::span<const piece>> step_rows(step.begin(), step.end());
+    REQUIRE(test::contents(b) == test::collated<std::int64_t>(dataset, layout, step_rows, batch));
     REQUIRE(b.loss_tokens < b.real_tokens);  // prompts and piece starts carry no loss
     ++count;
   }
@@ -121,6 +124,7 @@ TEST_CASE("breaking out of the loop stops the workers; a dataset moved into the 
       if (++taken == cycle % 7) break;
     }
   }
+  CHECK(test::threads_named_once(detail::batch_thread_name, 0) == 0);  // every view's workers stopped with it
   auto steps = indexed_dataset(test::alpaca_prefix()) | views::pack({1024}) | views::shard({2, 2}, 1);
   CHECK(std::ranges::distance(steps) > 0);
   auto rows = indexed_dataset(test::alpaca_prefix()) | views::pack({1024});
