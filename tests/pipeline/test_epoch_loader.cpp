@@ -80,14 +80,14 @@ class counting_resource : public std::pmr::memory_resource {
 struct thread_recording_dataset {
   std::shared_ptr<const indexed_dataset> inner;
   std::shared_ptr<std::mutex> mutex = std::make_shared<std::mutex>();
-  std::shared_ptr<std::set<std::thread::id>> readers = std::make_shared<std::set<std::thread::id>>();
+  std::shared_ptr<std::set<long>> readers = std::make_shared<std::set<long>>();  // kernel thread ids
   [[nodiscard]] std::size_t size() const { return inner->size(); }
   [[nodiscard]] std::uint64_t length(std::size_t i) const { return inner->length(i); }
   template <class Out>
   void read_tokens(std::size_t i, std::uint64_t first, std::span<Out> out) const {
     {
       const std::lock_guard lock(*mutex);
-      readers->insert(std::this_thread::get_id());
+      readers->insert(test::kernel_thread_id());
     }
     inner->read_tokens(i, first, out);
   }
@@ -173,12 +173,12 @@ TEST_CASE("one loader's threads and buffers serve every epoch: none made between
   const auto lengths = alpaca_lengths();
   const epoch_planner plan_each = plan_each_epoch(lengths, alpaca_packing, alpaca_schedule);
   std::mutex mutex;
-  std::set<std::thread::id> planners;  // the threads that planned epochs after the first
+  std::set<long> planners;  // the threads that planned epochs after the first (kernel ids)
   std::vector<const piece*> pieces_block(4, nullptr);  // where each epoch's pieces lie
   const epoch_planner recording_planner = [&](std::uint64_t epoch) {
     std::shared_ptr<const epoch_plan> plan = plan_each(epoch);
     const std::lock_guard lock(mutex);
-    if (epoch > 0) planners.insert(std::this_thread::get_id());
+    if (epoch > 0) planners.insert(test::kernel_thread_id());
     pieces_block.at(epoch) = plan->packed.rows.pieces().data();
     return plan;
   };
@@ -211,9 +211,9 @@ TEST_CASE("one loader's threads and buffers serve every epoch: none made between
   CHECK(batches > 4 * 10);
   // The same worker threads read every epoch's samples, and one thread planned every later epoch.
   CHECK(recorded.readers->size() <= threads);
-  CHECK_FALSE(recorded.readers->contains(std::this_thread::get_id()));
+  CHECK_FALSE(recorded.readers->contains(test::kernel_thread_id()));
   REQUIRE(planners.size() == 1);
-  CHECK(*planners.begin() != std::this_thread::get_id());
+  CHECK(*planners.begin() != test::kernel_thread_id());
   // Two plans at a time, and each later epoch packed into the memory of a plan let go before
   // it: the four epochs' pieces lie in two blocks at most. (Which epochs share one depends on
   // timing: epoch 1 is packed into epoch 0's block when the workers finish epoch 0 before the
@@ -452,7 +452,7 @@ TEST_CASE("the next epoch is planned once half of an epoch is built: a loader cl
   CHECK(planned == std::vector<std::uint64_t>{0, 1, 2});
 }
 
-TEST_CASE("bad arguments are errors before any thread starts, naming what is wrong") {
+TEST_CASE("bad arguments are errors naming what is wrong") {
   const auto dataset = alpaca();
   const auto lengths = alpaca_lengths();
   const epoch_planner plan_each = plan_each_epoch(lengths, alpaca_packing, alpaca_schedule);

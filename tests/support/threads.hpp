@@ -3,6 +3,9 @@
 // check which threads a stage starts, that they carry multipack's names, and that none is
 // left once the stage is gone.
 
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <cstddef>
 #include <filesystem>
@@ -32,6 +35,10 @@ inline std::size_t threads_named(std::string_view name) {
   }
   return n;
 }
+
+/// The calling thread's kernel id (gettid). Tells threads apart over a test's run, where
+/// std::thread::id does not: glibc gives a new thread the id of one joined just before.
+inline long kernel_thread_id() { return ::syscall(SYS_gettid); }
 
 /// threads_named(name), once it is `expected` or after 10 s: a thread names itself when it
 /// starts, and a joined one is listed until the kernel reaps it. Bounds a wait; times nothing.
