@@ -45,7 +45,7 @@ def test_the_batches_of_multipack_bench_load(bench, tmp_path, prefix, prompt_len
     assert step == 7
 
 
-def test_a_token_mask_gives_the_prompt_lengths_batches(bench, tmp_path, prefix, prompt_lengths_file):
+def test_a_token_mask_gives_the_prompt_lengths_batches(tmp_path, prefix, prompt_lengths_file):
     # convert --labels-field writes a per-token mask; here one made from the prompt lengths.
     lengths = np.loadtxt(os.path.join(os.path.dirname(prefix), "lengths.txt"), dtype=np.int64)
     prompts = multipack.read_prompt_lengths(prompt_lengths_file)

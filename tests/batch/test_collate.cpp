@@ -1,7 +1,7 @@
 // Collation of micro-batches: every array against a reference built token by token from the
 // dataset read independently (tokens<uint16_t>, the prompt lengths read by iostream), on every
 // batch of real Alpaca epochs (int32 and int64, fixed shapes and pad_to_multiple, with and
-// without the loss mask, split samples), then hand-written batches of generated data for the
+// without the loss mask, prompt lengths or per token, split samples), then hand-written batches of generated data for the
 // edge cases and every error.
 
 #include <doctest/doctest.h>
@@ -18,6 +18,7 @@
 #include "multipack/batch/layout.hpp"
 #include "multipack/data/in_memory_dataset.hpp"
 #include "multipack/data/indexed_dataset.hpp"
+#include "multipack/data/indexed_dataset_writer.hpp"
 #include "multipack/data/length_list.hpp"
 #include "multipack/data/loss_mask.hpp"
 #include "multipack/schedule/plan.hpp"
@@ -204,7 +205,30 @@ const std::vector<std::uint32_t>& alpaca_prompts() {
   return prompts;
 }
 
-enum class masking { none, prompts, train_on_inputs };
+enum class masking { none, prompts, train_on_inputs, tokens };
+
+/// Whether the per-token mask of masking::tokens marks token j of a sample as carrying no loss:
+/// its prompt, and every fifth token past it (a pattern prompt lengths cannot express).
+bool token_mask_drops(const std::vector<std::uint32_t>& prompts, std::uint32_t sample, std::uint32_t j) {
+  return j < prompts[sample] || (sample + j) % 5 == 0;
+}
+
+/// That per-token mask of the Alpaca samples, written once with the indexed dataset writer.
+const loss_mask& alpaca_token_mask(const indexed_dataset& dataset, const std::vector<std::uint32_t>& prompts) {
+  static const loss_mask mask = [&] {
+    const auto prefix = test::fresh_temp_dir("collate_token_mask") / "mask";
+    indexed_dataset_writer w(prefix, token_dtype::uint8);
+    for (std::uint32_t i = 0; i < dataset.size(); ++i) {
+      std::vector<std::uint8_t> m(dataset.length(i));
+      for (std::uint32_t j = 0; j < m.size(); ++j) m[j] = token_mask_drops(prompts, i, j) ? 0 : 1;
+      w.add_sample(m);
+      w.end_document();
+    }
+    w.finish();
+    return loss_mask::open_token_mask(prefix);
+  }();
+  return mask;
+}
 
 struct real_run {
   std::uint64_t batches = 0;
@@ -224,17 +248,20 @@ real_run collate_real_epoch(const indexed_dataset& dataset, const pack_options& 
   batch_buffers<T> buffers(layout);
   collate_options options;
   options.train_on_inputs = mode == masking::train_on_inputs;
-  loss_mask mask;
-  if (mode != masking::none) {
-    mask = loss_mask::open_prompt_lengths(test::source_dir() / "data/alpaca/prompt_lengths.txt");
-    mask.check_matches(dataset);
-  }
   const auto& prompts = alpaca_prompts();
   REQUIRE(prompts.size() == dataset.size());
+  loss_mask mask;
+  if (mode == masking::tokens)
+    mask = alpaca_token_mask(dataset, prompts);
+  else if (mode != masking::none)
+    mask = loss_mask::open_prompt_lengths(test::source_dir() / "data/alpaca/prompt_lengths.txt");
+  if (mode != masking::none) mask.check_matches(dataset);
   const auto token_of = [&](std::uint32_t sample, std::uint32_t j) -> std::int64_t {
     return dataset.tokens<std::uint16_t>(sample)[j];
   };
-  const auto no_loss = [&](std::uint32_t sample, std::uint32_t j) { return j < prompts[sample]; };
+  const auto no_loss = [&](std::uint32_t sample, std::uint32_t j) {
+    return mode == masking::tokens ? token_mask_drops(prompts, sample, j) : j < prompts[sample];
+  };
 
   real_run run;
   for (std::uint64_t step = 0; step < plan.schedule.steps(); ++step) {
@@ -253,7 +280,8 @@ real_run collate_real_epoch(const indexed_dataset& dataset, const pack_options& 
       collate(dataset, plan_rows, mask, options, view);
       INFO("step " << step << ", rank " << rank);
       check_batch(view, rows,
-                  reference_batch(rows, layout, options, mode == masking::prompts, token_of, no_loss));
+                  reference_batch(rows, layout, options, mode == masking::prompts || mode == masking::tokens, token_of,
+                                  no_loss));
       ++run.batches;
       run.real_tokens += view.real_tokens;
       run.padding_rows += view.padding_rows;
@@ -315,7 +343,7 @@ TEST_CASE_TEMPLATE("collate: every batch of a real Alpaca epoch, fixed shapes an
   schedule.world_size = 2;
   schedule.micro_batch = 4;  // 2 x 4 does not divide the rows: the last step has padding rows
   for (const std::uint32_t pad : {0U, 64U}) {
-    for (const masking mode : {masking::none, masking::prompts, masking::train_on_inputs}) {
+    for (const masking mode : {masking::none, masking::prompts, masking::train_on_inputs, masking::tokens}) {
       CAPTURE(pad);
       CAPTURE(static_cast<int>(mode));
       const real_run run = collate_real_epoch<T>(dataset, packing, schedule, pad, mode);
@@ -336,10 +364,13 @@ TEST_CASE_TEMPLATE("collate: split samples start mid-sample and read the right t
   schedule_options schedule;
   schedule.micro_batch = 16;
   for (const std::uint32_t pad : {0U, 64U}) {
-    CAPTURE(pad);
-    const real_run run = collate_real_epoch<T>(dataset, packing, schedule, pad, masking::prompts);
-    CHECK(run.mid_sample_pieces > 100);
-    CHECK(run.full_rows > 100);  // split pieces of capacity tokens fill rows: no padding segment
+    for (const masking mode : {masking::prompts, masking::tokens}) {  // a piece's mask from its begin on
+      CAPTURE(pad);
+      CAPTURE(static_cast<int>(mode));
+      const real_run run = collate_real_epoch<T>(dataset, packing, schedule, pad, mode);
+      CHECK(run.mid_sample_pieces > 100);
+      CHECK(run.full_rows > 100);  // split pieces of capacity tokens fill rows: no padding segment
+    }
   }
 }
 

@@ -175,6 +175,8 @@ if [[ -w /dev/full ]]; then
   "$bench" convert --input "$work/both.jsonl" --output "$work/full" --labels-field labels --json >/dev/full 2>"$work/err" || rc=$?
   [[ $rc -eq 1 ]] && grep -q "standard output" "$work/err" || fail "--json >/dev/full: exit $rc: $(cat "$work/err")"
   ok "--json >/dev/full: exit 1, the error says so"
+else
+  fail "/dev/full is not writable: the full-disk checks need it (every Linux has it)"
 fi
 
 expect_error "a directory; convert reads one JSON Lines file" --input "$work" --output "$work/from_a_directory"
@@ -250,6 +252,8 @@ if [[ -w /dev/full ]]; then
     [[ -z $left ]] || fail "$kind: the failed conversion left $left"
   done
   ok "a companion that cannot be written: the earlier dataset and companion as they were, no temporary"
+else
+  fail "/dev/full is not writable: the full-disk checks need it (every Linux has it)"
 fi
 
 # Converting again into a prefix with another kind of mask (or none) removes the other kind's
