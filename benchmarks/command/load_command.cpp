@@ -46,8 +46,12 @@ template <batch_token T>
 int run_load(const load_command_options& o) {
   load_inputs in = prepare_load<T>(o, o.device ? o.depth + o.batches_in_flight : o.depth);
   // The views pipeline plans for itself: the first plan (its checks, layout and steps, which
-  // the views' are) is not kept, so that memory figures are the views' own.
-  if (o.pipeline == "views") in.first_plan.reset();
+  // the views' are) and the lengths it was made from (4 bytes a sample) are not kept, so that
+  // memory figures are the views' own.
+  if (o.pipeline == "views") {
+    in.first_plan.reset();
+    std::vector<std::uint32_t>().swap(in.lengths);
+  }
   load_totals t;
   t.first_plan_seconds = in.first_plan_seconds;
   std::optional<device_totals> device;
