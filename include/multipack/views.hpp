@@ -137,6 +137,11 @@ struct pipe_closure {
   }
 };
 
+// pipe_closure{lambda}: spelled out for compilers without class template argument deduction
+// for aggregates (Clang before 17).
+template <class Apply>
+pipe_closure(Apply) -> pipe_closure<Apply>;
+
 template <class Apply>
 inline constexpr bool is_pipe_closure<pipe_closure<Apply>> = true;
 
