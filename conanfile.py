@@ -66,6 +66,9 @@ class MultipackConan(ConanFile):
 
     def package_info(self):
         self.cpp_info.set_property("cmake_file_name", "multipack")
+        # find_package(multipack 0.1) takes 0.1.x only, as multipack's own CMake package does
+        # (CMakeDeps' default is the same major version; recent Conan 2 reads this property).
+        self.cpp_info.set_property("cmake_config_version_compat", "SameMinorVersion")
         # CMakeDeps links a package's global target to all of its components; name it apart
         # so that multipack::multipack is the core alone, as in multipack's own CMake package.
         self.cpp_info.set_property("cmake_target_name", "multipack_all_do_not_use")
