@@ -1,7 +1,8 @@
 #pragma once
 // moodycamel's blocking concurrent queue, wherever it is installed: upstream and Conan put it
-// under <moodycamel/...> (or the include root), Debian and vcpkg under <concurrentqueue/...>.
-// In that order: the concurrentqueue::concurrentqueue target's copy (upstream's, Conan's) wins
+// under <moodycamel/...> (or the include root), Debian and vcpkg under <concurrentqueue/...>,
+// upstream's `make install` under <concurrentqueue/moodycamel/...> of the include root.
+// Checked in this order: the concurrentqueue::concurrentqueue target's copy (upstream's, Conan's) wins
 // over a Debian copy in /usr/include, which a program including <moodycamel/...> itself would
 // otherwise get twice (two files, two definitions of the queue).
 
@@ -11,6 +12,8 @@
 #include <blockingconcurrentqueue.h>
 #elif __has_include(<concurrentqueue/blockingconcurrentqueue.h>)
 #include <concurrentqueue/blockingconcurrentqueue.h>
+#elif __has_include(<concurrentqueue/moodycamel/blockingconcurrentqueue.h>)
+#include <concurrentqueue/moodycamel/blockingconcurrentqueue.h>
 #else
 #error "multipack: moodycamel's concurrentqueue is not on the include path"
 #endif
