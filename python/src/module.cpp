@@ -96,36 +96,34 @@ class lengths_argument {
   template <class T>
   using array_of = py::array_t<T, py::array::c_style | py::array::forcecast>;
 
-  // The items of a sequence as uint64 (int64 where one is negative, which the packer refuses
-  // naming the sample); std::nullopt when an item is not an integer (1.5). Throws
-  // sample_error for an integer outside both types. O(n).
+  // The items of a sequence as uint64; std::nullopt when an item is not an integer (1.5).
+  // Throws sample_error for a negative length or one past 2^64 - 1 (naming the sample, as the
+  // packer does), what an item's __index__ throws other than TypeError. O(n).
   static std::optional<py::array> exact_integers(const py::handle& values, const char* what) {
     std::vector<py::int_> items;
-    bool negative = false;
     for (const py::handle item : values) {
       PyObject* index = PyNumber_Index(item.ptr());  // ints, numpy integers, bool; not floats
       if (index == nullptr) {
+        if (PyErr_ExceptionMatches(PyExc_TypeError) == 0) throw py::error_already_set();
         PyErr_Clear();
         return std::nullopt;
       }
       items.push_back(py::reinterpret_steal<py::int_>(index));
-      negative = negative || PyObject_RichCompareBool(index, py::int_(0).ptr(), Py_LT) == 1;
     }
-    const auto fill = [&]<class T>(T (*read)(PyObject*)) {
-      array_of<T> out(static_cast<py::ssize_t>(items.size()));
-      T* data = out.mutable_data();
-      for (std::size_t i = 0; i < items.size(); ++i) {
-        data[i] = read(items[i].ptr());
-        if (PyErr_Occurred() != nullptr) {
-          PyErr_Clear();
-          throw sample_error(std::string(what) + ": sample " + std::to_string(i) + " has length " +
-                             py::str(items[i]).cast<std::string>() + ", outside a 64-bit integer");
-        }
+    array_of<std::uint64_t> out(static_cast<py::ssize_t>(items.size()));
+    std::uint64_t* data = out.mutable_data();
+    for (std::size_t i = 0; i < items.size(); ++i) {
+      data[i] = PyLong_AsUnsignedLongLong(items[i].ptr());
+      if (PyErr_Occurred() != nullptr) {  // OverflowError: negative, or past 64 bits
+        PyErr_Clear();
+        const std::string value = py::str(items[i]).cast<std::string>();
+        throw sample_error(value.starts_with('-')
+                               ? "sample " + std::to_string(i) + " has negative length " + value
+                               : std::string(what) + ": sample " + std::to_string(i) + " has length " + value +
+                                     ", past 2^64 - 1");
       }
-      return py::array(std::move(out));
-    };
-    if (negative) return fill(+[](PyObject* v) -> std::int64_t { return PyLong_AsLongLong(v); });
-    return fill(+[](PyObject* v) -> std::uint64_t { return PyLong_AsUnsignedLongLong(v); });
+    }
+    return py::array(std::move(out));
   }
 
   // No values (an empty argument), or the array holding them.

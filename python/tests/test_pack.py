@@ -156,6 +156,7 @@ def test_empty_and_zero_lengths():
     # Integers that numpy makes float64 or object: read exactly, refused for their length.
     ([np.uint64(3), 2**63], ValueError, "sample 1 has 9223372036854775808 tokens"),
     ([2**64], ValueError, "sample 0 has length 18446744073709551616"),
+    ([-1, 2**63], ValueError, "sample 0 has negative length -1"),
 ])
 def test_bad_lengths_are_refused(lengths, error, message):
     with pytest.raises(error, match=message) as caught:
