@@ -213,6 +213,21 @@ std::size_t fill_rows_exactly(unplaced_items& items, Opening& opening, const pac
   };
   row_takes row(Opening::repeats_rows ? capacity : 0);
   while (items.left > reserve) {
+    if constexpr (Opening::opens_rows) {
+      // Rows of the longest item alone, while even the shortest does not fit beside it (see
+      // `alone` below): every item of that length at once, a row each, as the loop below
+      // would make them (lengths near the capacity at 65,536: 3.8 M of 4 M rows).
+      if (items.longest + items.shortest > capacity) {
+        const std::uint32_t l = items.longest;
+        const auto n = static_cast<std::uint32_t>(std::min<std::uint64_t>(count[l], items.left - reserve));
+        for (std::uint32_t k = 0; k < n; ++k) {
+          place(l, 1);
+          bounds.add(down, position);
+        }
+        items.remove(l, n);
+        continue;
+      }
+    }
     std::uint32_t gap = capacity;
     std::uint32_t in_row = 0;
     row.clear();
@@ -225,11 +240,17 @@ std::size_t fill_rows_exactly(unplaced_items& items, Opening& opening, const pac
       if constexpr (Opening::repeats_rows) row.add(length, n);
     };
     // Two items a >= b with a + b == gap, a searched downwards from `from` then from `high`.
-    auto close_with_pair = [&](std::uint32_t shortest, std::uint32_t longest) {
+    // `fits`: the longest length up to the gap.
+    auto close_with_pair = [&](std::uint32_t shortest, std::uint32_t longest, std::uint32_t fits) {
       const std::uint32_t low = (gap + 1) / 2;
       const std::uint32_t high = std::min(longest, gap - shortest);
       if (high < low) return false;
       const std::uint32_t from = opening.pair_start(low, high);
+      // No length in [low, high] at all (after a long item, the gap's upper half is mostly
+      // lengths no item has): neither range below holds a pair. `fits` is the longest length
+      // up to `high` where it is not above it.
+      const std::uint32_t highest = fits <= high ? fits : present.find_prev(high);
+      if (highest == length_set::none || highest < low) return false;
       int probes = exact_fit_pair_probes;
       for (const auto& [top, bottom] : {std::pair{from, low}, std::pair{high, from + 1}}) {
         std::uint32_t a = present.find_prev_pair(bottom, top, gap, probes);
@@ -287,11 +308,13 @@ std::size_t fill_rows_exactly(unplaced_items& items, Opening& opening, const pac
         take(opened);
         continue;
       }
-      if (in_row + 2 <= per_row_limit && gap >= 2 * shortest && close_with_pair(shortest, longest)) break;
       // The longest item that fits: looked up only here, as most opened items are taken above.
       const std::uint32_t fits = gap >= longest ? longest : present.find_prev(gap);
+      if (in_row + 2 <= per_row_limit && gap >= 2 * shortest && close_with_pair(shortest, longest, fits)) break;
       const std::uint32_t rest = fillable(gap - fits);
-      const std::uint32_t keeps_gap_fillable = rest <= gap ? present.find_prev(gap - rest) : length_set::none;
+      // No length lies in (fits, gap]: from gap - rest >= fits down, the first is fits itself.
+      const std::uint32_t keeps_gap_fillable =
+          rest > gap ? length_set::none : gap - rest >= fits ? fits : present.find_prev(gap - rest);
       take(keeps_gap_fillable != length_set::none ? keeps_gap_fillable : fits);
     }
     bounds.add(down, position);
