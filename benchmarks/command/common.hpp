@@ -2,6 +2,7 @@
 // What every subcommand of multipack-bench shares: timing, memory readings, progress on
 // standard error, text files written in blocks, the dump form of pieces.
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
@@ -32,6 +33,15 @@ using clock = std::chrono::steady_clock;
 
 inline double seconds_since(clock::time_point start) {
   return std::chrono::duration<double>(clock::now() - start).count();
+}
+
+/// The least of `runs` (at least one) calls of timed(), each returning the seconds of one run
+/// it timed itself (leaving out its set-up): a figure or a floor as the best of R.
+template <class Timed>
+double best_seconds(unsigned runs, Timed timed) {
+  double best = timed();
+  for (unsigned run = 1; run < runs; ++run) best = std::min(best, timed());
+  return best;
 }
 
 /// Keeps a computed value alive, so that the compiler cannot skip the work of a floor.

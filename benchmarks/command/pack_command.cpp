@@ -107,15 +107,14 @@ int run_pack_command(const pack_command_options& o) {
 
   // The floor, in the same run: sorting a copy of the same lengths, best of as many runs as
   // the steady packing's (a best of several against one run would flatter the ratio).
-  double sort_seconds = 0;
-  for (unsigned run = 0; run < std::max(1U, o.repeat); ++run) {
+  const double sort_seconds = best_seconds(o.repeat, [&] {
     std::vector<std::uint32_t> copy = lengths;
     const auto sort_start = clock::now();
     std::sort(copy.begin(), copy.end());
     const double seconds = seconds_since(sort_start);
     do_not_optimize(copy.data());
-    sort_seconds = run == 0 ? seconds : std::min(sort_seconds, seconds);
-  }
+    return seconds;
+  });
 
   if (!o.dump_rows.empty()) {
     progress p("writing " + o.dump_rows);

@@ -62,28 +62,25 @@ int run_plan_command(const plan_command_options& o) {
   // The schedule alone: its time (best of --repeat) and its peak memory beyond the packing.
   const bool peak_reset = reset_peak_rss();
   const std::uint64_t rss_before = rss_bytes();
-  double plan_seconds = 0;
-  for (unsigned run = 0; run < std::max(1U, o.repeat); ++run) {
+  const double plan_seconds = best_seconds(o.repeat, [&] {
     progress p(fmt::format("scheduling {} rows over {} ranks", plan.packed.rows.size(), o.schedule.world_size));
     plan.schedule = epoch_schedule{};
     const auto start = clock::now();
     plan.schedule = epoch_schedule(plan.packed.rows, options);
-    const double seconds = seconds_since(start);
-    plan_seconds = run == 0 ? seconds : std::min(plan_seconds, seconds);
-  }
+    return seconds_since(start);
+  });
   const std::uint64_t peak = peak_rss_bytes();
   const std::uint64_t plan_peak = peak > rss_before ? peak - rss_before : 0;
   // The floor, in the same run: one pass over the pieces, adding up what every row costs,
   // which any scheduler that weighs rows by their cost must do; best of as many runs.
-  double floor_seconds = 0;
-  for (unsigned run = 0; run < std::max(1U, o.repeat); ++run) {
+  const double floor_seconds = best_seconds(o.repeat, [&] {
     const auto floor_start = clock::now();
     std::uint64_t total_cost = 0;
     for (std::size_t row = 0; row < plan.packed.rows.size(); ++row) total_cost += row_cost(plan.packed.rows[row]);
     const double seconds = seconds_since(floor_start);
     do_not_optimize(total_cost);
-    floor_seconds = run == 0 ? seconds : std::min(floor_seconds, seconds);
-  }
+    return seconds;
+  });
   const epoch_schedule& s = plan.schedule;
   check_start_step(o.schedule.start_step, s.steps());
   if (!o.dump_plan.empty()) {
