@@ -18,12 +18,12 @@
 #include "multipack/batch/layout.hpp"
 #include "multipack/data/in_memory_dataset.hpp"
 #include "multipack/data/indexed_dataset.hpp"
-#include "multipack/data/indexed_dataset_writer.hpp"
 #include "multipack/data/length_list.hpp"
 #include "multipack/data/loss_mask.hpp"
 #include "multipack/schedule/plan.hpp"
 #include "support/expect.hpp"
 #include "support/paths.hpp"
+#include "support/token_masks.hpp"
 
 using namespace multipack;
 
@@ -217,14 +217,9 @@ bool token_mask_drops(const std::vector<std::uint32_t>& prompts, std::uint32_t s
 const loss_mask& alpaca_token_mask(const indexed_dataset& dataset, const std::vector<std::uint32_t>& prompts) {
   static const loss_mask mask = [&] {
     const auto prefix = test::fresh_temp_dir("collate_token_mask") / "mask";
-    indexed_dataset_writer w(prefix, token_dtype::uint8);
-    for (std::uint32_t i = 0; i < dataset.size(); ++i) {
-      std::vector<std::uint8_t> m(dataset.length(i));
-      for (std::uint32_t j = 0; j < m.size(); ++j) m[j] = token_mask_drops(prompts, i, j) ? 0 : 1;
-      w.add_sample(m);
-      w.end_document();
-    }
-    w.finish();
+    test::write_token_mask(prefix, dataset.lengths(), [&](std::size_t i, std::size_t j) {
+      return !token_mask_drops(prompts, static_cast<std::uint32_t>(i), static_cast<std::uint32_t>(j));
+    });
     return loss_mask::open_token_mask(prefix);
   }();
   return mask;

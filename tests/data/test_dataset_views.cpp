@@ -31,6 +31,7 @@
 #include "support/expect.hpp"
 #include "support/files.hpp"
 #include "support/paths.hpp"
+#include "support/token_masks.hpp"
 
 using namespace multipack;
 using test::all_contents;
@@ -396,10 +397,9 @@ TEST_CASE("a directory's token masks (PREFIX.loss_mask beside PREFIX) are not sh
   const auto dir = test::fresh_temp_dir("masked_shards");
   const auto written = write_shards(dir, {2000, 3000});
   for (const auto& prefix : written) {
-    indexed_dataset_writer mask(std::filesystem::path(prefix.string() + std::string(token_mask_suffix)), token_dtype::uint8);
+    test::write_token_mask(prefix.string() + std::string(token_mask_suffix), indexed_dataset(prefix).lengths(),
+                           [](std::size_t, std::size_t) { return true; });
     const indexed_dataset shard(prefix);
-    for (std::size_t i = 0; i < shard.size(); ++i) mask.add_sample(std::vector<std::uint8_t>(shard.length(i), 1));
-    mask.finish();
     CHECK(loss_mask::open_token_mask(prefix.string() + std::string(token_mask_suffix)).size() == shard.size());
   }
   CHECK(indexed_prefixes(dir) == written);

@@ -27,6 +27,7 @@
 #include "support/expect.hpp"
 #include "support/files.hpp"
 #include "support/paths.hpp"
+#include "support/token_masks.hpp"
 
 namespace fs = std::filesystem;
 using namespace multipack;
@@ -70,19 +71,11 @@ bytes binary_form(const std::vector<std::uint32_t>& prompts) {
   return b;
 }
 
-// A per-token 0/1 mask (0 for the prompt) written with the indexed dataset writer.
-template <class T = std::uint8_t>
+// A per-token 0/1 mask, 0 for the prompt.
 void write_token_mask(const fs::path& prefix, const std::vector<std::uint64_t>& lengths,
-                      const std::vector<std::uint64_t>& prompts, token_dtype dtype = token_dtype::uint8) {
+                      const std::vector<std::uint64_t>& prompts) {
   REQUIRE(lengths.size() == prompts.size());
-  indexed_dataset_writer w(prefix, dtype);
-  for (std::size_t i = 0; i < lengths.size(); ++i) {
-    std::vector<T> m(lengths[i]);
-    for (std::size_t k = 0; k < m.size(); ++k) m[k] = k < prompts[i] ? T{0} : T{1};
-    w.add_sample(m);
-    w.end_document();
-  }
-  w.finish();
+  test::write_token_mask(prefix, lengths, [&](std::size_t i, std::size_t k) { return k >= prompts[i]; });
 }
 
 // Labels as the collator would hand them: distinct values that are never `ignore`.

@@ -25,7 +25,6 @@
 #include "multipack/data/blended_dataset.hpp"
 #include "multipack/data/concatenated_dataset.hpp"
 #include "multipack/data/indexed_dataset.hpp"
-#include "multipack/data/indexed_dataset_writer.hpp"
 #include "multipack/data/length_list.hpp"
 #include "multipack/data/loss_mask.hpp"
 #include "multipack/data/prompt_lengths_writer.hpp"
@@ -39,6 +38,7 @@
 #include "support/files.hpp"
 #include "support/paths.hpp"
 #include "support/threads.hpp"
+#include "support/token_masks.hpp"
 
 using namespace multipack;
 
@@ -300,13 +300,7 @@ TEST_CASE("a loss-mask file changed while loading fails the next batches clearly
     options.mask = loss_mask::open_prompt_lengths(rewritten);
   }
   SUBCASE("a token mask (its .bin)") {
-    indexed_dataset_writer writer(dir / "mask", token_dtype::uint8);
-    for (std::size_t i = 0; i < dataset->size(); ++i) {
-      std::vector<std::uint8_t> mask(dataset->length(i), 1);
-      std::fill_n(mask.begin(), std::min<std::size_t>(prompts[i], mask.size()), 0);
-      writer.add_sample(std::span<const std::uint8_t>(mask));
-    }
-    writer.finish();
+    test::write_token_mask(dir / "mask", dataset->lengths(), [&](std::size_t i, std::size_t j) { return j >= prompts[i]; });
     rewritten = dir / "mask.bin";
     options.mask = loss_mask::open_token_mask(dir / "mask");
   }
