@@ -142,11 +142,14 @@ TEST_CASE("statistics() from another thread while the consumer iterates: figures
   epoch_loader<indexed_dataset> loader(alpaca(), plan_each_epoch(lengths, alpaca_packing, alpaca_schedule), 0, {},
                                        {2, 2}, {.first = 0, .count = 3});
   std::atomic<bool> done{false};
+  std::atomic<bool> monitoring{false};
   std::uint64_t reads = 0;
   bool grew_only = true;
   std::thread monitor([&] {
     epoch_loader_statistics last;
-    while (!done.load()) {
+    // At least one read whatever the scheduler does: on a loaded 2-core machine the consumer
+    // could otherwise finish before this thread first runs (CI saw reads == 0).
+    do {
       const epoch_loader_statistics s = loader.statistics();
       grew_only = grew_only && s.prefetch.batches >= last.prefetch.batches && s.boundaries >= last.boundaries &&
                   s.boundary_wait_seconds >= last.boundary_wait_seconds &&
@@ -155,8 +158,10 @@ TEST_CASE("statistics() from another thread while the consumer iterates: figures
                   s.prefetch.max_ready >= last.prefetch.max_ready && s.boundaries <= 2;
       last = s;
       ++reads;
-    }
+      monitoring = true;
+    } while (!done.load());
   });
+  while (!monitoring.load()) std::this_thread::yield();  // the reads overlap the iteration
   std::uint64_t batches = 0;
   while (auto b = loader.next()) ++batches;
   done = true;
