@@ -309,6 +309,34 @@ TEST_SUITE("device") {
     CHECK(third->step() == 2);
   }
 
+  TEST_CASE("a consumer holding every device buffer at the end gets the end, not an error") {
+    // A trainer that keeps its last batches_in_flight batches (to accumulate over them) asks
+    // for one more after the last step: there is none, so no buffer is needed for it.
+    const auto plan = alpaca_plan(1, 2, 2048);
+    const std::uint64_t steps = plan->schedule.steps();
+    REQUIRE(steps > 2);
+    cuda::stream trainer;
+    cuda::device_loader<indexed_dataset> loader(alpaca(), plan, 0, {}, {2, 2}, {2});
+    std::deque<cuda::device_loader<indexed_dataset>::batch> held;
+    for (std::uint64_t step = 0; step < steps; ++step) {
+      if (held.size() == 2) {
+        held.front().wait(trainer.get());
+        held.front().release(trainer.get());
+        held.pop_front();
+      }
+      auto batch = loader.next();
+      REQUIRE(batch);
+      REQUIRE(batch->step() == step);
+      held.push_back(std::move(*batch));
+    }
+    CHECK_FALSE(loader.next().has_value());
+    CHECK_FALSE(loader.next().has_value());
+    for (auto& batch : held) {
+      batch.wait(trainer.get());
+      batch.release(trainer.get());
+    }
+  }
+
   TEST_CASE("a batch waited on one stream refuses a wait on another: its release orders one stream") {
     // release() records on the last stream waited on: the first stream's reads could meet the
     // next copy into the buffer (once overwritten under them, with no error).

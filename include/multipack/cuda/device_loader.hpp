@@ -479,7 +479,8 @@ class device_loader {
   /// for its copy (a host prefetch.depth + batches_in_flight batches ahead of the copies).
   /// Throws what batch_loader::next throws (a worker's exception at its step), cuda_error
   /// (once a step was taken from the workers, at every later call too: that step is not
-  /// skipped), and option_error when the consumer holds all batches_in_flight batches. Consumer
+  /// skipped), and option_error when the consumer holds all batches_in_flight batches while a
+  /// step remains (that step is kept for the call after a release; at the end: nullopt). Consumer
   /// thread only. Cost: a queue operation, 1 to 5 cudaMemcpyAsync, 2 or 3 event records,
   /// a cudaEventQuery a finished copy; no allocation.
   [[nodiscard]] std::optional<batch> next() {
@@ -490,12 +491,17 @@ class device_loader {
       return batch(std::move(*host));
     }
     const detail::device_scope on(device_);
+    // The step before a device buffer: at the end, a consumer that holds every buffer gets
+    // std::nullopt, not an error. A step taken while no buffer is free waits in next_host_
+    // for the next call, so the error loses no step.
+    if (!next_host_) {
+      wait_for_a_pinned_buffer();
+      next_host_ = loader_.next();
+      if (!next_host_) return std::nullopt;
+    }
     detail::device_ring::claim claimed = ring_->claim_slot("device_loader");
     detail::device_slot& slot = claimed.slot();
-
-    wait_for_a_pinned_buffer();
-    auto host = loader_.next();
-    if (!host) return std::nullopt;
+    std::optional<host_lease> host = std::exchange(next_host_, std::nullopt);
     const batch_view<T>& from = (*host)->view;
     const std::uint64_t step = (*host)->step;  // read now: once queued, the lease may go at any time
     const std::uint64_t epoch = (*host)->epoch;
@@ -662,6 +668,7 @@ class device_loader {
   // After loader_, whose layout (for an epoch_loader, known once it made the first plan) sizes
   // the device buffers. Shared with the batches handed out.
   std::shared_ptr<detail::device_ring> ring_;
+  std::optional<host_lease> next_host_;  // a step taken when no device buffer was free (no copy queued)
 };
 
 /// A device_loader over an epoch_loader: several epochs as one stream, every buffer made once.
