@@ -254,7 +254,7 @@ TEST_CASE("after a failed read no loader thread is left, and a new loader over t
         }(),
         io_error);
   }
-  CHECK(test::thread_count() == before);
+  CHECK(test::thread_count_once(before) == before);
   batch_loader<indexed_dataset> again(alpaca(), plan, 0, {}, {2, 2});
   std::uint64_t steps = 0;
   while (auto batch = again.next()) ++steps;
@@ -281,7 +281,7 @@ TEST_CASE("a consumer destroying the loader at random points, 1,000 times: no de
       if (draw(8) == 0) batch->release();  // released early, before the next is asked for
     }
   }  // each loader destroyed wherever its round stopped
-  CHECK(test::thread_count() == before);
+  CHECK(test::thread_count_once(before) == before);
 }
 
 TEST_CASE("a loss-mask file changed while loading fails the next batches clearly, as the dataset's") {
