@@ -120,8 +120,10 @@ void run_host_epochs(const load_command_options& o, const load_inputs& in, load_
     if (!lease) break;
     train_on((*lease)->view, (*lease)->epoch, (*lease)->step, t, dumper, trainer);
   }
-  const clock::time_point end = clock::now();
+  // Statistics before the clock: a build the workers finish in between is then outside both,
+  // and the busy time stays within threads x seconds (producer_busy_fraction <= 1).
   t.add_epoch_loader(loader->statistics());
+  const clock::time_point end = clock::now();
   finish_run(t, dumper, end - start);
   const clock::time_point closing = clock::now();
   loader.reset();  // stopped mid-epoch with --max-steps: its workers finish their batch and join
@@ -168,8 +170,8 @@ void run_views_epochs(const load_command_options& o, const load_inputs& in, load
       if (!trainer.take(t, next)) break;
       train_on(**it, e, step++, t, dumper, trainer);
     }
+    t.add_prefetch(batches->statistics());  // before the clock, as above
     end = clock::now();
-    t.add_prefetch(batches->statistics());
     if (e - o.schedule.epoch + 1 == o.epochs || t.batches == limit) break;
 
     const auto switch_start = clock::now();
