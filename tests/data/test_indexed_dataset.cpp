@@ -443,6 +443,27 @@ TEST_CASE("a prepare() that cannot write the .idx (a full disk) keeps the old da
   CHECK(std::distance(fs::directory_iterator(dir), fs::directory_iterator()) == 2);
 }
 
+TEST_CASE("a commit() whose .bin cannot be put in place keeps the old dataset, .idx included") {
+  // The failure injected: PREFIX.bin.tmp gone after prepare(), so its rename fails (as a
+  // rename can on a file system remounted read-only, or out of quota for the directory).
+  const fs::path dir = test::fresh_temp_dir("failed_commit");
+  const fs::path prefix = dir / "set";
+  const earlier_dataset before(prefix);
+  {
+    indexed_dataset_writer w(prefix, token_dtype::int32);
+    w.add_sample(std::vector<int>{7, 8});
+    w.prepare();
+    fs::remove(with(prefix, ".bin.tmp"));
+    CHECK(test::contains(test::message_of<io_error>([&] { w.commit(); }), with(prefix, ".bin.tmp").string()));
+    CHECK(before.unchanged());
+    CHECK(indexed_dataset(prefix).size() == 1);
+    CHECK_FALSE(w.finished());
+    CHECK_THROWS_AS(w.commit(), option_error);  // one try, as after any failure
+  }
+  CHECK(before.unchanged());
+  CHECK(std::distance(fs::directory_iterator(dir), fs::directory_iterator()) == 2);  // no temporary left
+}
+
 TEST_CASE("a finished writer refuses further calls") {
   const fs::path prefix = test::fresh_temp_dir("finished") / "set";
   indexed_dataset_writer w(prefix, token_dtype::int64);

@@ -5,8 +5,9 @@
 // that starts with 0 and gets the current sample count at each end_document().
 //
 // Both files are written under temporary names (PREFIX.bin.tmp, PREFIX.idx.tmp) and renamed
-// by finish(), the old PREFIX.idx removed first: a reader never sees a .bin and .idx that
-// disagree, and a writer that dies or is destroyed unfinished leaves no .idx behind.
+// by finish(), the old PREFIX.idx moved aside first (and back, if the .bin cannot be put in
+// place): a reader never sees a .bin and .idx that disagree, and a writer that dies or is
+// destroyed unfinished leaves no new .idx behind.
 // finish() is prepare() (everything that can fail but the renames) then commit() (the
 // renames): a caller with several writers whose outputs belong together (a dataset and its
 // loss mask) prepares them all before it commits any.
@@ -338,20 +339,34 @@ class indexed_dataset_writer {
     state_ = state::prepared;
   }
 
-  /// The second half of finish(): removes the old PREFIX.idx, then renames PREFIX.bin.tmp and
-  /// PREFIX.idx.tmp into place. Throws option_error unless prepare() succeeded and commit()
-  /// was not called yet; io_error (naming the path) when a remove or rename fails: the old
-  /// dataset may then be gone, but a .bin and .idx that disagree are never in place. O(1).
+  /// The second half of finish(): moves the old PREFIX.idx aside (to PREFIX.idx.old.tmp),
+  /// renames PREFIX.bin.tmp and PREFIX.idx.tmp into place, then removes the old .idx. Throws
+  /// option_error unless prepare() succeeded and commit() was not called yet; io_error
+  /// (naming the path) when a rename fails: if the .bin could not be put in place, the old
+  /// .idx goes back and the old dataset is as it was; if only the .idx could not, the old
+  /// dataset is gone (its .bin replaced) and there is no .idx. A .bin and .idx that disagree
+  /// are never in place. O(1).
   void commit() {
     if (state_ == state::open) throw option_error(name() + ": commit() before prepare()");
     if (state_ != state::prepared) require_open("commit");  // finished or broken: throws
     state_ = state::broken;  // until both are in place
     // Old .idx first: between the renames there is a new .bin and no .idx, never a mismatch.
+    const std::filesystem::path idx = path_with(".idx");
+    const std::filesystem::path old_idx = path_with(".idx.old.tmp");
     std::error_code ec;
-    std::filesystem::remove(path_with(".idx"), ec);
-    if (ec) throw io_error(path_with(".idx").string() + ": cannot remove: " + ec.message());
-    rename(path_with(".bin.tmp"), path_with(".bin"));
-    rename(path_with(".idx.tmp"), path_with(".idx"));
+    std::filesystem::rename(idx, old_idx, ec);
+    const bool had_idx = !ec;
+    if (ec && ec != std::errc::no_such_file_or_directory)
+      throw io_error(idx.string() + ": cannot move aside to " + old_idx.string() + ": " + ec.message());
+    std::error_code ignored;
+    try {
+      rename(path_with(".bin.tmp"), path_with(".bin"));
+    } catch (...) {
+      if (had_idx) std::filesystem::rename(old_idx, idx, ignored);  // the old dataset, as it was
+      throw;
+    }
+    std::filesystem::remove(old_idx, ignored);  // it describes the old .bin, gone now
+    rename(path_with(".idx.tmp"), idx);
     state_ = state::finished;
   }
 
