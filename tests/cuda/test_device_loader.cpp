@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "cuda_calls.hpp"
+#include "multipack/cuda/batch_stager.hpp"
 #include "multipack/cuda/device_loader.hpp"
 #include "multipack/cuda/views.hpp"
 #include "multipack/data/indexed_dataset.hpp"
@@ -539,6 +540,22 @@ TEST_SUITE("no_device") {
     for (const auto& b : steps | views::prefetch() | std::views::take(3) | views::to_device(cuda::stream_ref::default_stream(), {3, true, false}))
       fallback.push_back(test::contents(b.host()));
     CHECK(fallback == host);
+
+    // A staged batch holds a batch until it is released or moved from, as a loader's does.
+    cuda::batch_stager<> stager({3, true, false});
+    for (const auto& b : steps | views::prefetch() | std::views::take(1)) {
+      cuda::device_batch<> staged_batch = stager.stage(b);
+      CHECK(static_cast<bool>(staged_batch));
+      CHECK(staged_batch.borrowed());
+      CHECK_FALSE(staged_batch.on_device());
+      cuda::device_batch<> moved = std::move(staged_batch);
+      CHECK(static_cast<bool>(moved));
+      CHECK(moved.borrowed());
+      CHECK_FALSE(static_cast<bool>(staged_batch));  // NOLINT(bugprone-use-after-move): what a move leaves
+      CHECK_FALSE(staged_batch.borrowed());  // NOLINT(bugprone-use-after-move)
+      moved.release();
+      CHECK_FALSE(static_cast<bool>(moved));
+    }
   }
 
   TEST_CASE("without a device the loader says why, or hands out host batches when asked to") {

@@ -287,6 +287,7 @@ class device_batch {
       ready_ = other.ready_;
       waited_on_ = std::exchange(other.waited_on_, std::nullopt);
       host_ = std::move(other.host_);
+      staged_host_ = std::exchange(other.staged_host_, false);
     }
     return *this;
   }
@@ -305,7 +306,14 @@ class device_batch {
   [[nodiscard]] std::uint64_t epoch() const noexcept { return epoch_; }
   [[nodiscard]] std::uint32_t rank() const noexcept { return rank_; }
   [[nodiscard]] bool on_device() const noexcept { return ring_ != nullptr; }
-  [[nodiscard]] explicit operator bool() const noexcept { return ring_ != nullptr || static_cast<bool>(host_); }
+  /// Whether it is the caller's host batch, as a stager's host fallback hands it out: it owns
+  /// no buffer, and the caller may reuse that memory once stage() returned (copy what must
+  /// outlive that, as torch::to_tensors does).
+  [[nodiscard]] bool borrowed() const noexcept { return staged_host_; }
+  /// Whether it holds a batch: false once released or moved from, and default-constructed.
+  [[nodiscard]] explicit operator bool() const noexcept {
+    return ring_ != nullptr || static_cast<bool>(host_) || staged_host_;
+  }
 
   /// The event recorded after the batch's copy: for a consumer that orders its streams itself.
   /// Such a consumer must give the batch back with release(stream), naming the stream that
@@ -338,6 +346,7 @@ class device_batch {
   void release(stream_ref consumer) {
     if (ring_ == nullptr) {
       host_.release();
+      staged_host_ = false;
       return;
     }
     const auto ring = std::exchange(ring_, nullptr);
@@ -355,6 +364,7 @@ class device_batch {
                                                 "cudaEventRecord(release of a device batch)");
     waited_on_.reset();
     host_.release();
+    staged_host_ = false;
   }
 
  private:
@@ -380,7 +390,7 @@ class device_batch {
         host_(std::move(host)) {}
   // The stager's host fallback: the caller's host batch, as it is.
   device_batch(const batch_view<T>& host, std::uint64_t step) noexcept
-      : view_(device_batch_view<T>::over(host, false)), step_(step) {}
+      : view_(device_batch_view<T>::over(host, false)), step_(step), staged_host_(true) {}
 
   std::shared_ptr<detail::device_ring> ring_;
   std::size_t slot_ = 0;
@@ -391,6 +401,7 @@ class device_batch {
   cudaEvent_t ready_ = nullptr;
   std::optional<cudaStream_t> waited_on_;
   host_lease host_;  // the host fallback's batch (empty: none)
+  bool staged_host_ = false;  // the stager's host fallback: the caller's batch (not owned)
 };
 
 /// `Host`: the loader whose workers build the host batches, batch_loader<D, T> (one epoch's

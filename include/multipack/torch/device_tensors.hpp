@@ -44,7 +44,7 @@ namespace multipack::torch {
 /// batch is then released.
 template <batch_token T>
 [[nodiscard]] batch_tensors to_tensors(cuda::device_batch<T>&& batch, cuda::stream_ref consumer) {
-  if (!batch && !batch.view().on_device)  // a stager's fallback: a host batch, no lease (not an empty batch)
+  if (batch.borrowed())  // a stager's fallback: the caller's host batch, which it may reuse
     return copy_tensors(batch.view().host(), batch.step(), batch.rank());
   auto owner = std::make_shared<cuda::device_batch<T>>(std::move(batch));
   owner->wait(consumer);
