@@ -382,7 +382,7 @@ TEST_CASE("a shard this rank never reads, changed while training, fails the next
   CHECK(test::contains(message, "changed since it was opened"));
 }
 
-TEST_CASE("a loader stopped anywhere returns: mid-epoch, at a boundary, while planning") {
+TEST_CASE("a loader stopped anywhere returns: mid-epoch, at a boundary, with its next plan coming") {
   const auto dataset = alpaca();
   const auto lengths = alpaca_lengths();
   const epoch_planner plan_each = plan_each_epoch(lengths, alpaca_packing, alpaca_schedule);
@@ -399,6 +399,42 @@ TEST_CASE("a loader stopped anywhere returns: mid-epoch, at a boundary, while pl
       for (std::uint64_t i = 0; i < taken; ++i) REQUIRE(loader.next().has_value());
     }
   }
+}
+
+TEST_CASE("a loader destroyed while its planner runs waits for that plan, then returns") {
+  // The planner of epoch 1 holds until the destructor has begun, so the stop lands while it
+  // plans; a helper lets it go after that (the destructor joins the planning thread, which
+  // cannot interrupt a planner).
+  const auto dataset = alpaca();
+  const auto lengths = alpaca_lengths();
+  const epoch_planner plan_each = plan_each_epoch(lengths, alpaca_packing, alpaca_schedule);
+  std::atomic<bool> planning{false}, destroying{false}, released{false}, returned{false};
+  const epoch_planner held = [&](std::uint64_t epoch) {
+    if (epoch > 0) {
+      planning = true;
+      while (!released.load()) std::this_thread::yield();
+    }
+    auto plan = plan_each(epoch);
+    if (epoch > 0) returned = true;
+    return plan;
+  };
+  std::thread releaser([&] {
+    while (!destroying.load()) std::this_thread::yield();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the destructor is waiting by now, or soon
+    released = true;
+  });
+  const std::uint64_t steps_0 = plan_of(lengths, 0).schedule.steps();
+  {
+    epoch_loader<indexed_dataset> loader(dataset, held, 0, {}, {2, 2}, {.first = 0, .count = 3});
+    // All of epoch 0, so its half is built whatever the scheduler does (a next() past it would
+    // wait for the held plan), then the planner, which starts at that half.
+    for (std::uint64_t i = 0; i < steps_0; ++i) REQUIRE(loader.next().has_value());
+    while (!planning.load()) std::this_thread::yield();
+    CHECK_FALSE(returned.load());
+    destroying = true;
+  }
+  CHECK(returned.load());  // the destructor waited for the plan it could not interrupt
+  releaser.join();
 }
 
 TEST_CASE("the next epoch is planned once half of an epoch is built: a loader closed before plans nothing") {
