@@ -215,7 +215,7 @@ class _Epochs:
 
     def __len__(self) -> int:
         """Steps of this epoch, the same on every rank (after a resume with another world size:
-        the steps of the rows left)."""
+        the steps of the rows left, until they are handed out)."""
         return self.plan().steps
 
     def set_epoch(self, epoch: int) -> None:
@@ -244,7 +244,8 @@ class _Epochs:
         before the plan's first step (``plan_consumed_rows``: not 0 after such a restart); and
         what the plans are made of (the plan options, the lengths' count and sum), which
         ``load_state_dict`` checks. Taken from a ``torch.utils.data.DataLoader`` with workers,
-        the sampler's own state is ahead of training by the batches the workers prefetched:
+        or from accelerate's prepared data loader (which fetches one batch ahead, even without
+        workers), the sampler's own state is ahead of training by the batches fetched ahead:
         checkpoint the ``DataLoader`` with torchdata's ``StatefulDataLoader`` instead."""
         state = {"epoch": self.epoch, "step": self._next_step, "world_size": self.world_size,
                  "micro_batch": self.micro_batch,
@@ -290,6 +291,16 @@ class _Epochs:
             raise
         self._start_step = self._next_step = step
         self._iterated = False
+
+    def _finish_resumed_rows(self, epoch: int) -> None:
+        """At the end of an iteration over the rows a resume with another world size left: the
+        epoch is done, and len(), the state and the next iteration are the whole epoch's (the
+        plan of those rows would otherwise stay until the next iteration began, and len() give
+        its steps for an iteration of the whole epoch)."""
+        if self._epoch == epoch and self._consumed_rows != 0:
+            self._consumed_rows = 0
+            self._start_step = 0
+            self._next_step = self.plan().steps
 
     def _steps(self) -> range:
         """The steps the next iteration covers: from a resume's step (after a resume's rows, with
@@ -346,6 +357,20 @@ class BatchSampler(_Epochs, _SamplerBase):
     all_ranks = _fixed("all_ranks", "Whether every rank's micro-batches are yielded, rank after rank.")
 
     @property
+    def batch_size(self) -> int:
+        """Rows of each micro-batch, ``micro_batch`` (a padding row ``[]`` counts): what
+        accelerate's ``BatchSamplerShard`` reads, and refuses a batch sampler without (before
+        accelerate 1.14, unless ``even_batches=False``)."""
+        return self.micro_batch
+
+    @property
+    def sampler(self) -> "BatchSampler":
+        """This sampler itself: accelerate's ``DataLoaderShard.set_epoch`` reaches a batch sampler
+        it wrapped in ``BatchSamplerShard`` only as ``batch_sampler.batch_sampler.sampler``, so
+        without it every epoch would repeat epoch 0's order, silently."""
+        return self
+
+    @property
     def report(self) -> Dict[str, Any]:
         """What this epoch's packing and schedule did with every sample and row."""
         plan = self.plan()
@@ -361,11 +386,14 @@ class BatchSampler(_Epochs, _SamplerBase):
         ranks = range(self.world_size) if self.all_ranks else (self.rank,)
         for step in steps:
             for rank in ranks:
+                indices = plan.indices(step, rank)
                 # The step counts once its last micro-batch is handed out; not after set_epoch
                 # in the loop: the state is the new epoch's.
                 if self._epoch == epoch and rank == ranks[-1]:
                     self._next_step = step + 1
-                yield plan.indices(step, rank)
+                    if self._next_step == steps.stop:  # said now: a loop that counts never resumes us
+                        self._finish_resumed_rows(epoch)
+                yield indices
 
 
 def _paths(value) -> List[str]:
@@ -599,6 +627,7 @@ class _Batches:
             # The epoch's last step: the C++ loader's next batch is the next epoch's first,
             # which its workers may be building already. Said now, not at StopIteration, which
             # a loop that counts its steps (islice, zip) never reaches.
+            self._loader._finish_resumed_rows(self._epoch)
             if self._epoch + 1 < _UINT64:  # a C++ loader runs up to epoch 2^64 - 2
                 self._loader._batches_key = (self._epoch + 1, 0, 0)
             self._batches = None

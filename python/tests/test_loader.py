@@ -205,6 +205,25 @@ def test_a_state_saved_after_the_epoch_resumes_to_nothing(prefix):
     assert sum(1 for _ in resumed) == steps, "a later pass over the epoch is a whole one"
 
 
+def test_after_the_rows_a_restart_with_another_world_size_left_the_epoch_is_whole_again(prefix):
+    options = dict(capacity=2048, micro_batch=2, rank=0, seed=3)
+    run = multipack.Loader(prefix, world_size=2, **options)
+    for _ in itertools.islice(run, 9):
+        pass
+    state = run.state_dict()
+    run.close()
+    resumed = multipack.Loader(prefix, world_size=3, **options)
+    resumed.load_state_dict(state)
+    steps_left = len(resumed)
+    assert sum(1 for _ in resumed) == steps_left
+    whole = multipack.Loader(prefix, world_size=3, **options)
+    assert len(resumed) == len(whole) > steps_left, "len() is the next pass's: the whole epoch"
+    assert resumed.state_dict()["step"] == len(whole)
+    assert sum(1 for _ in resumed) == len(whole)
+    resumed.close()
+    whole.close()
+
+
 def test_resume_from_state_dict_is_the_tail(prefix, prompt_lengths_file):
     options = dict(capacity=2048, micro_batch=2, world_size=2, rank=0, seed=3, prompt_lengths=prompt_lengths_file)
     full = [b["input_ids"].copy() for b in multipack.Loader(prefix, **options)]

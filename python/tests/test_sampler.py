@@ -126,7 +126,18 @@ def test_restart_with_another_world_size_trains_on_the_rest(lengths):
     for r in range(3):
         sampler = multipack.BatchSampler(lengths, world_size=3, rank=r, **options)
         sampler.load_state_dict(state)
+        steps_left = len(sampler)
         after.append(list(sampler))
+        assert len(after[-1]) == steps_left
+        # The rows left are trained: len(), the state and the next pass are the whole epoch's.
+        whole = list(multipack.BatchSampler(lengths, world_size=3, rank=r, **options))
+        assert len(sampler) == len(whole) > steps_left
+        done = sampler.state_dict()
+        assert (done["step"], done["plan_consumed_rows"]) == (len(whole), 0)
+        assert list(sampler) == whole
+        resumed = multipack.BatchSampler(lengths, world_size=3, rank=r, **options)
+        resumed.load_state_dict(done)
+        assert list(resumed) == []
     assert len({len(a) for a in after}) == 1
     rest = [i for steps in after for step in steps for row in step for i in row]
     assert sorted(trained + rest) == list(np.flatnonzero(lengths))
@@ -204,6 +215,30 @@ def test_all_ranks_for_a_loader_that_shards_the_batches_itself(lengths):
     assert sampler.state_dict()["step"] == len(per_rank[0])
     with pytest.raises(AttributeError):
         sampler.all_ranks = False
+
+
+def test_what_accelerate_reads_of_a_batch_sampler_it_shards(lengths):
+    # accelerate's BatchSamplerShard reads batch_size (and before 1.14 refuses a batch sampler
+    # without one, unless even_batches=False) and keeps only batches of that size; its
+    # DataLoaderShard.set_epoch reaches the sampler it wrapped only as
+    # batch_sampler.batch_sampler.sampler.set_epoch (accelerate/data_loader.py): without that
+    # path every epoch would silently repeat epoch 0's order.
+    options = dict(capacity=2048, micro_batch=4, world_size=2, seed=2)
+    sampler = multipack.BatchSampler(lengths, **options, all_ranks=True)
+    assert sampler.batch_size == 4
+    assert all(len(batch) == sampler.batch_size for batch in sampler), "padding rows count"
+
+    class Shard:  # accelerate's BatchSamplerShard, as set_epoch sees it: no sampler of its own
+        def __init__(self, batch_sampler):
+            self.batch_sampler = batch_sampler
+
+    shard = Shard(sampler)
+    epoch_0 = list(sampler)
+    assert hasattr(shard.batch_sampler, "sampler") and hasattr(shard.batch_sampler.sampler, "set_epoch")
+    shard.batch_sampler.sampler.set_epoch(1)
+    assert sampler.epoch == 1
+    assert list(sampler) != epoch_0
+    assert list(sampler) == list(multipack.BatchSampler(lengths, **options, all_ranks=True, epoch=1))
 
 
 def test_world_from_the_environment(lengths, monkeypatch):
