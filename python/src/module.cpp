@@ -58,13 +58,20 @@ class lengths_argument {
   explicit lengths_argument(const py::handle& values, const char* what) {
     const py::module_ numpy = py::module_::import("numpy");
     py::array array = numpy.attr("asarray")(values);
+    // numpy makes a 0-dimensional array of what is no sequence (a generator, None, a str, an
+    // int): the wrong type, a TypeError as the README says; a 2-D array is the wrong shape.
+    if (array.ndim() == 0)
+      throw py::type_error(std::string(what) + ": lengths must be a sequence or a one-dimensional array of "
+                           "integers, got " + py::str(py::type::handle_of(values).attr("__name__")).cast<std::string>() +
+                           (py::isinstance<py::iterator>(values) ? " (an iterator: make a list of it first)" : ""));
     if (array.ndim() != 1)
       throw option_error(std::string(what) + ": expected a one-dimensional array of lengths, got " +
                        std::to_string(array.ndim()) + " dimensions");
     if (array.size() == 0) return;  // [] is float64 to numpy: no values, no type to check
     // numpy makes float64 of a list that mixes numpy.uint64 with Python ints or holds an int
-    // past 2^63 - 1, and object of one past 2^64 - 1: read such a list's integers exactly.
-    if (const char k = array.dtype().kind(); (k == 'f' || k == 'O') && !py::isinstance<py::array>(values))
+    // past 2^63 - 1, and object of one past 2^64 - 1: read such a list's integers exactly, and
+    // those of an object array (whose items may be Python ints).
+    if (const char k = array.dtype().kind(); k == 'O' || (k == 'f' && !py::isinstance<py::array>(values)))
       if (auto exact = exact_integers(values, what)) array = std::move(*exact);
     const char kind = array.dtype().kind();
     if (kind != 'i' && kind != 'u')

@@ -139,6 +139,11 @@ def test_threads_give_the_same_rows(lengths):
             assert got.report == one.report
 
 
+def test_an_object_array_of_integers_is_read_exactly():
+    as_objects = np.array([5, 3, 7], dtype=object)  # as pandas gives an int column with None removed
+    assert multipack.pack(as_objects, 16).pieces.tolist() == multipack.pack([5, 3, 7], 16).pieces.tolist()
+
+
 def test_empty_and_zero_lengths():
     assert len(multipack.pack([], 16)) == 0
     packing = multipack.pack([0, 5, 0], 16)
@@ -152,6 +157,12 @@ def test_empty_and_zero_lengths():
     ([True, False], TypeError, "integers"),
     (["3"], TypeError, "integers"),
     ([[1, 2], [3, 4]], ValueError, "one-dimensional"),
+    # No sequence at all: the wrong type, named.
+    ((n for n in [1, 2]), TypeError, "got generator \\(an iterator: make a list of it first\\)"),
+    (None, TypeError, "got NoneType"),
+    ("123", TypeError, "got str"),
+    (7, TypeError, "got int"),
+    (np.array([1.5, 2], dtype=object), TypeError, "integers"),
     ([2**40], ValueError, "sample 0"),
     # Integers that numpy makes float64 or object: read exactly, refused for their length.
     ([np.uint64(3), 2**63], ValueError, "sample 1 has 9223372036854775808 tokens"),
