@@ -96,7 +96,7 @@ def load_report(path):
             'rows', 'plan_seconds', 'balance_mean', 'balance_worst', 'balance_mean_unbalanced',
             'balance_worst_unbalanced', 'seed', 'epoch', 'capacity']
     if not isinstance(r, dict) or [k for k in keys if k not in r]:
-        die(f'--json lacks keys {[k for k in keys if k not in r]}: {raw[:300]!r}')
+        die(f'--json lacks keys {[k for k in keys if k not in r] if isinstance(r, dict) else keys}: {str(r)[:300]!r}')
     for k in keys:
         if not isinstance(r[k], (int, float)) or isinstance(r[k], bool) or r[k] < 0:
             die(f'--json: {k} = {r[k]!r}, expected a non-negative number')

@@ -167,7 +167,15 @@ TEST_CASE("llm.c shards: every truncation and every header corruption is a forma
         b[at] = static_cast<unsigned char>(value);
         CAPTURE(at);
         CAPTURE(value);
-        (void)open_error(dir / "flip.bin", b, 50256);
+        const std::string msg = open_error(dir / "flip.bin", b, 50256);
+        if (at < 8) {  // the field's first byte: magic at 0, version at 4
+          CHECK(test::contains(msg, "byte " + std::to_string(at / 4 * 4) + ":"));
+        } else {  // the token count as read: refused where it is, or for the file it does not fit
+          std::int32_t count = 0;
+          std::memcpy(&count, b.data() + 8, sizeof count);
+          CHECK(test::contains(msg, count < 0 ? "byte 8: token count " + std::to_string(count) + " is negative"
+                                              : "the header's " + std::to_string(count) + " uint16 tokens"));
+        }
       }
   }
 }

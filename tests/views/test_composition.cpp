@@ -425,7 +425,7 @@ TEST_CASE("one epoch seed: views::pack and plan_epoch give the same rows; a mism
   CHECK((alpaca() | views::pack({2048}) | views::shard({1, 2, 5, 9}, 0)).size() > 0);
 }
 
-TEST_CASE("misuse: a clear error, nothing started") {
+TEST_CASE("misuse: a clear error, at the call that misuses") {
   auto rows = alpaca() | views::pack({1024});
   CHECK(test::contains(test::message_of<option_error>([&] { (void)(rows | views::shard({2, 2}, 2)); }),
                        "rank 2 is outside the world of 2"));
