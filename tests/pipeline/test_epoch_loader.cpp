@@ -161,6 +161,14 @@ TEST_CASE("statistics() from another thread while the consumer iterates: figures
       monitoring = true;
     } while (!done.load());
   });
+  struct join_at_exit {  // a next() that throws still stops and joins the monitor
+    std::atomic<bool>& done;
+    std::thread& thread;
+    ~join_at_exit() {
+      done = true;
+      if (thread.joinable()) thread.join();
+    }
+  } joined{done, monitor};
   while (!monitoring.load()) std::this_thread::yield();  // the reads overlap the iteration
   std::uint64_t batches = 0;
   while (auto b = loader.next()) ++batches;
@@ -418,23 +426,37 @@ TEST_CASE("a loader destroyed while its planner runs waits for that plan, then r
     if (epoch > 0) returned = true;
     return plan;
   };
+  const std::uint64_t steps_0 = plan_of(lengths, 0).schedule.steps();
   std::thread releaser([&] {
     while (!destroying.load()) std::this_thread::yield();
     std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the destructor is waiting by now, or soon
     released = true;
   });
-  const std::uint64_t steps_0 = plan_of(lengths, 0).schedule.steps();
+  // Whatever way the test leaves (a failed REQUIRE too), the planner is let go and the helper
+  // joined: a failure fails, never hangs.
+  struct join_at_exit {
+    std::atomic<bool>& destroying;
+    std::thread& thread;
+    ~join_at_exit() {
+      destroying = true;
+      thread.join();
+    }
+  } joined{destroying, releaser};
   {
     epoch_loader<indexed_dataset> loader(dataset, held, 0, {}, {2, 2}, {.first = 0, .count = 3});
+    struct stop_at_exit {  // after the loader: set just before its destructor runs
+      std::atomic<bool>& destroying;
+      ~stop_at_exit() { destroying = true; }
+    } stopping{destroying};
     // All of epoch 0, so its half is built whatever the scheduler does (a next() past it would
     // wait for the held plan), then the planner, which starts at that half.
     for (std::uint64_t i = 0; i < steps_0; ++i) REQUIRE(loader.next().has_value());
-    while (!planning.load()) std::this_thread::yield();
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);  // bounds a hang
+    while (!planning.load() && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+    REQUIRE(planning.load());
     CHECK_FALSE(returned.load());
-    destroying = true;
   }
   CHECK(returned.load());  // the destructor waited for the plan it could not interrupt
-  releaser.join();
 }
 
 TEST_CASE("the next epoch is planned once half of an epoch is built: a loader closed before plans nothing") {

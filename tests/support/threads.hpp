@@ -40,26 +40,16 @@ inline std::size_t threads_named(std::string_view name) {
 /// std::thread::id does not: glibc gives a new thread the id of one joined just before.
 inline long kernel_thread_id() { return ::syscall(SYS_gettid); }
 
-/// count(), once it is `expected` or after 10 s: a thread names itself when it starts, and a
-/// joined one is listed until the kernel reaps it (join() returns before that, so a count
-/// right after a join can be one too many). Bounds a wait; times nothing.
-template <class Count>
-std::size_t count_once(Count count, std::size_t expected) {
+/// threads_named(name), once it is `expected` or after 10 s: a thread names itself when it
+/// starts, and a joined one is listed until the kernel reaps it. Bounds a wait; times nothing.
+inline std::size_t threads_named_once(std::string_view name, std::size_t expected) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  std::size_t n = count();
+  std::size_t n = threads_named(name);
   while (n != expected && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    n = count();
+    n = threads_named(name);
   }
   return n;
 }
-
-/// threads_named(name), once it is `expected` or after 10 s (see count_once).
-inline std::size_t threads_named_once(std::string_view name, std::size_t expected) {
-  return count_once([name] { return threads_named(name); }, expected);
-}
-
-/// thread_count(), once it is `expected` or after 10 s (see count_once): a leaked thread stays.
-inline std::size_t thread_count_once(std::size_t expected) { return count_once(thread_count, expected); }
 
 }  // namespace multipack::test
