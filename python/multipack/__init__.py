@@ -192,7 +192,7 @@ class _Epochs:
         self._recycler = _multipack.PlanRecycler()
         self._start_step = 0      # the step the next iteration starts at
         self._consumed_rows = 0   # rows of this epoch before the plan's step 0 (a run of another shape's)
-        self._next_step = 0       # the step after the last one handed out
+        self._next_step = 0       # the step after the last one handed out (None: the whole plan's steps)
         self._iterated = False    # an iteration of this epoch began since set_epoch or load_state_dict
         self.plan()  # bad options fail here, not at the first batch
 
@@ -247,9 +247,10 @@ class _Epochs:
         or from accelerate's prepared data loader (which fetches one batch ahead, even without
         workers), the sampler's own state is ahead of training by the batches fetched ahead:
         checkpoint the ``DataLoader`` with torchdata's ``StatefulDataLoader`` instead."""
-        state = {"epoch": self.epoch, "step": self._next_step, "world_size": self.world_size,
+        step = self._handed_out()
+        state = {"epoch": self.epoch, "step": step, "world_size": self.world_size,
                  "micro_batch": self.micro_batch,
-                 "consumed_rows": self.plan().consumed_rows_after(self._next_step),
+                 "consumed_rows": self.plan().consumed_rows_after(step),
                  "plan_consumed_rows": self._consumed_rows}
         state.update({key: getattr(self, key) for key in self._PLAN_STATE})
         state.update(self._lengths_state())
@@ -293,14 +294,21 @@ class _Epochs:
         self._iterated = False
 
     def _finish_resumed_rows(self, epoch: int) -> None:
-        """At the end of an iteration over the rows a resume with another world size left: the
-        epoch is done, and len(), the state and the next iteration are the whole epoch's (the
-        plan of those rows would otherwise stay until the next iteration began, and len() give
-        its steps for an iteration of the whole epoch)."""
+        """Once the rows a resume with another world size left are handed out: the epoch is
+        done, and len(), the state and the next iteration are the whole epoch's (the plan of
+        those rows would otherwise stay until the next iteration began, and len() give its
+        steps for an iteration of the whole epoch). The whole epoch is planned when len() or
+        state_dict() asks, not here on the training thread (set_epoch usually comes first)."""
         if self._epoch == epoch and self._consumed_rows != 0:
             self._consumed_rows = 0
             self._start_step = 0
+            self._next_step = None  # the whole plan's step count, when asked
+
+    def _handed_out(self) -> int:
+        """The step after the last one handed out."""
+        if self._next_step is None:
             self._next_step = self.plan().steps
+        return self._next_step
 
     def _steps(self) -> range:
         """The steps the next iteration covers: from a resume's step (after a resume's rows, with
@@ -311,7 +319,10 @@ class _Epochs:
         start = self._start_step
         self._start_step = 0
         self._next_step = start
-        return range(start, self.plan().steps)
+        steps = range(start, self.plan().steps)
+        if not steps:  # a resume's rows all trained already: nothing to hand out, the epoch is done
+            self._finish_resumed_rows(self._epoch)
+        return steps
 
 
 class BatchSampler(_Epochs, _SamplerBase):
@@ -357,13 +368,6 @@ class BatchSampler(_Epochs, _SamplerBase):
     all_ranks = _fixed("all_ranks", "Whether every rank's micro-batches are yielded, rank after rank.")
 
     @property
-    def batch_size(self) -> int:
-        """Rows of each micro-batch, ``micro_batch`` (a padding row ``[]`` counts): what
-        accelerate's ``BatchSamplerShard`` reads, and refuses a batch sampler without (before
-        accelerate 1.14, unless ``even_batches=False``)."""
-        return self.micro_batch
-
-    @property
     def sampler(self) -> "BatchSampler":
         """This sampler itself: accelerate's ``DataLoaderShard.set_epoch`` reaches a batch sampler
         it wrapped in ``BatchSamplerShard`` only as ``batch_sampler.batch_sampler.sampler``, so
@@ -382,6 +386,8 @@ class BatchSampler(_Epochs, _SamplerBase):
 
     def __iter__(self) -> Iterator[List[List[int]]]:
         steps = self._steps()
+        if not steps:
+            return
         plan, epoch = self.plan(), self.epoch
         ranks = range(self.world_size) if self.all_ranks else (self.rank,)
         for step in steps:

@@ -143,6 +143,18 @@ def test_restart_with_another_world_size_trains_on_the_rest(lengths):
     assert sorted(trained + rest) == list(np.flatnonzero(lengths))
 
 
+def test_a_restart_with_another_world_size_after_the_last_step_is_empty_then_whole(lengths):
+    options = dict(capacity=2048, micro_batch=2, seed=4)
+    done = multipack.BatchSampler(lengths, world_size=2, rank=0, **options)
+    assert len(list(done)) == len(done)
+    resumed = multipack.BatchSampler(lengths, world_size=3, rank=0, **options)
+    resumed.load_state_dict(done.state_dict())
+    assert len(resumed) == 0 and list(resumed) == []
+    whole = list(multipack.BatchSampler(lengths, world_size=3, rank=0, **options))
+    assert len(resumed) == len(whole) and resumed.state_dict()["step"] == len(whole)
+    assert list(resumed) == whole
+
+
 def test_a_state_of_another_run_is_refused_and_a_refused_state_changes_nothing(lengths):
     options = dict(capacity=2048, micro_batch=4, world_size=1, rank=0, seed=1)
     run = multipack.BatchSampler(lengths, **options)
@@ -218,15 +230,14 @@ def test_all_ranks_for_a_loader_that_shards_the_batches_itself(lengths):
 
 
 def test_what_accelerate_reads_of_a_batch_sampler_it_shards(lengths):
-    # accelerate's BatchSamplerShard reads batch_size (and before 1.14 refuses a batch sampler
-    # without one, unless even_batches=False) and keeps only batches of that size; its
-    # DataLoaderShard.set_epoch reaches the sampler it wrapped only as
-    # batch_sampler.batch_sampler.sampler.set_epoch (accelerate/data_loader.py): without that
-    # path every epoch would silently repeat epoch 0's order.
+    # accelerate's DataLoaderShard.set_epoch reaches a batch sampler it wrapped in
+    # BatchSamplerShard only as batch_sampler.batch_sampler.sampler.set_epoch
+    # (accelerate/data_loader.py): without that path every epoch would silently repeat epoch
+    # 0's order. batch_size it would read as samples per batch (gather_for_metrics cuts the
+    # last batch to len(dataset) % (batch_size x processes)): a micro-batch of rows has none.
     options = dict(capacity=2048, micro_batch=4, world_size=2, seed=2)
     sampler = multipack.BatchSampler(lengths, **options, all_ranks=True)
-    assert sampler.batch_size == 4
-    assert all(len(batch) == sampler.batch_size for batch in sampler), "padding rows count"
+    assert getattr(sampler, "batch_size", None) is None
 
     class Shard:  # accelerate's BatchSamplerShard, as set_epoch sees it: no sampler of its own
         def __init__(self, batch_sampler):
