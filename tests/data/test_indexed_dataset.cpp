@@ -3,8 +3,11 @@
 
 #include "multipack/data/indexed_dataset.hpp"
 #include "multipack/data/indexed_dataset_writer.hpp"
+#include "multipack/data/length_list.hpp"
 
 #include <doctest/doctest.h>
+
+#include <sys/stat.h>  // mkfifo
 
 #include <algorithm>
 #include <cstdint>
@@ -501,6 +504,13 @@ TEST_CASE("missing or unreadable files are io_errors naming the path") {
   fs::create_directories(dir / "folder.idx");
   msg = test::message_of<io_error>([&] { indexed_dataset ds(dir / "folder"); });
   CHECK(test::contains(msg, (dir / "folder.idx").string()));
+
+  // A named pipe: open() of a FIFO waits for a writer, which never comes (this hung).
+  REQUIRE(::mkfifo((dir / "pipe.idx").c_str(), 0600) == 0);
+  msg = test::message_of<io_error>([&] { indexed_dataset ds(dir / "pipe"); });
+  CHECK(test::contains(msg, (dir / "pipe.idx").string() + ": not a regular file"));
+  msg = test::message_of<io_error>([&] { (void)read_length_list(dir / "pipe.idx"); });
+  CHECK(test::contains(msg, "not a regular file"));
 
   msg = test::message_of<io_error>(
       [&] { indexed_dataset_writer w(dir / "no_such_dir" / "set", token_dtype::int32); });

@@ -37,7 +37,9 @@ class mapped_file {
   explicit mapped_file(std::filesystem::path path) : path_(std::move(path)) {
     int fd;
     do {
-      fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+      // O_NONBLOCK: open() of a named pipe would wait for a writer; this way it returns and
+      // fstat refuses it. Reads of a regular file (and its mapping) ignore the flag.
+      fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     } while (fd < 0 && errno == EINTR);
     if (fd < 0) fail("cannot open", errno);
 
