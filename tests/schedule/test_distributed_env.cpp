@@ -109,6 +109,12 @@ TEST_CASE("Slurm: only a task that srun started is one of the allocation's tasks
   CHECK(test::contains(msg, "srun"));
   msg = read_error({{"SLURM_PROCID", "2"}});
   CHECK(msg.starts_with("distributed_env: SLURM_PROCID=2 but SLURM_STEP_NUM_TASKS is not set"));
+  // A local rank above 0 means another task on this node (it was read as rank 0 of 1, the
+  // local rank dropped: this process would train on all of the data beside the others).
+  msg = read_error({{"SLURM_LOCALID", "3"}});
+  CHECK(msg.starts_with("distributed_env: SLURM_LOCALID=3 but SLURM_STEP_NUM_TASKS is not set"));
+  msg = read_error({{"SLURM_NTASKS", "1"}, {"SLURM_PROCID", "0"}, {"SLURM_LOCALID", "5"}});
+  CHECK(msg.starts_with("distributed_env: SLURM_LOCALID=5 but SLURM_STEP_NUM_TASKS is not set"));
   // An allocation of one task: that process is the whole job.
   check_env(read({{"SLURM_NTASKS", "1"}, {"SLURM_PROCID", "0"}, {"SLURM_LOCALID", "0"}}), 0, 1, 0, "Slurm");
   check_env(read({{"SLURM_PROCID", "0"}}), 0, 1, 0, "Slurm");

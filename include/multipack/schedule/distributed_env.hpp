@@ -173,7 +173,8 @@ inline std::optional<launcher_values> read_launcher(const std::function<const ch
 // Slurm's values: those of an srun task, or for a process that srun did not start (no
 // SLURM_STEP_NUM_TASKS), rank 0 of 1 when the allocation has one task; nullopt when no Slurm
 // variable is set. Throws option_error for a process outside srun in an allocation of several
-// tasks, which would otherwise take 1/SLURM_NTASKS of the data while being the only process.
+// tasks (SLURM_NTASKS above 1, or SLURM_PROCID or SLURM_LOCALID above 0), which would otherwise
+// take 1/SLURM_NTASKS of the data, or all of it as rank 0 of 1, beside the other tasks.
 inline std::optional<launcher_values> read_slurm(const std::function<const char*(const char*)>& lookup) {
   if (read_env_number(lookup, slurm_variables.world_size)) return read_launcher(lookup, slurm_variables);
   const auto tasks = read_env_number(lookup, slurm_allocation_tasks);
@@ -182,8 +183,9 @@ inline std::optional<launcher_values> read_slurm(const std::function<const char*
   if (!tasks && !rank && !local) return std::nullopt;
   if (tasks && tasks->value == 0)
     throw option_error("distributed_env: world size 0 (" + tasks->shown() + "): a world has at least 1 rank");
-  if ((tasks && tasks->value > 1) || (rank && rank->value > 0)) {
-    const env_number& shown = tasks && tasks->value > 1 ? *tasks : *rank;
+  // A local rank above 0 says so too: another task runs on this node.
+  if ((tasks && tasks->value > 1) || (rank && rank->value > 0) || (local && local->value > 0)) {
+    const env_number& shown = tasks && tasks->value > 1 ? *tasks : rank && rank->value > 0 ? *rank : *local;
     throw option_error("distributed_env: " + shown.shown() + " but SLURM_STEP_NUM_TASKS is not set: this process " +
                        "was not started by srun (a batch script or an salloc shell runs once), so it is not one " +
                        "of the allocation's tasks; start the trainer with srun (or torchrun, mpirun), or give " +
