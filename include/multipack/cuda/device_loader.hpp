@@ -489,9 +489,10 @@ class device_loader {
   /// Blocks while the workers have not built the batch, and while every pinned buffer waits
   /// for its copy (a host prefetch.depth + batches_in_flight batches ahead of the copies).
   /// Throws what batch_loader::next throws (a worker's exception at its step), cuda_error
-  /// (once a step was taken from the workers, at every later call too: that step is not
-  /// skipped), and option_error when the consumer holds all batches_in_flight batches while a
-  /// step remains (that step is kept for the call after a release; at the end: nullopt). Consumer
+  /// (once a copy of a step failed, at every later call too: that step is not skipped; a
+  /// failed release reported on claiming its buffer keeps the step for the next call), and
+  /// option_error when the consumer holds all batches_in_flight batches while a step remains
+  /// (that step is kept for the call after a release; at the end: nullopt). Consumer
   /// thread only. Cost: a queue operation, 1 to 5 cudaMemcpyAsync, 2 or 3 event records,
   /// a cudaEventQuery a finished copy; no allocation.
   [[nodiscard]] std::optional<batch> next() {

@@ -29,6 +29,7 @@
 #include <ranges>
 #include <span>
 #include <string>
+#include <system_error>
 #include <utility>
 #include <vector>
 
@@ -343,7 +344,8 @@ class indexed_dataset_writer {
   /// renames PREFIX.bin.tmp and PREFIX.idx.tmp into place, then removes the old .idx. Throws
   /// option_error unless prepare() succeeded and commit() was not called yet; io_error
   /// (naming the path) when a rename fails: if the .bin could not be put in place, the old
-  /// .idx goes back and the old dataset is as it was; if only the .idx could not, the old
+  /// .idx goes back and the old dataset is as it was (or, if that fails too, the message says
+  /// where the old .idx is); if only the .idx could not, the old
   /// dataset is gone (its .bin replaced) and there is no .idx. A .bin and .idx that disagree
   /// are never in place. O(1).
   void commit() {
@@ -358,13 +360,16 @@ class indexed_dataset_writer {
     const bool had_idx = !ec;
     if (ec && ec != std::errc::no_such_file_or_directory)
       throw io_error(idx.string() + ": cannot move aside to " + old_idx.string() + ": " + ec.message());
-    std::error_code ignored;
     try {
       rename(path_with(".bin.tmp"), path_with(".bin"));
-    } catch (...) {
-      if (had_idx) std::filesystem::rename(old_idx, idx, ignored);  // the old dataset, as it was
-      throw;
+    } catch (const io_error& failed) {
+      if (!had_idx) throw;
+      std::filesystem::rename(old_idx, idx, ec);  // the old dataset, as it was
+      if (!ec) throw;
+      throw io_error(std::string(failed.what()) + "; the old index could not be put back either (" + ec.message() +
+                     "): it is at " + old_idx.string());
     }
+    std::error_code ignored;
     std::filesystem::remove(old_idx, ignored);  // it describes the old .bin, gone now
     rename(path_with(".idx.tmp"), idx);
     state_ = state::finished;
