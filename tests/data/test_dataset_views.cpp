@@ -447,6 +447,12 @@ TEST_CASE("subsets and blends of a corpus of more than 2^32 samples take the sam
   CHECK(*drawn.rbegin() < larger.size());
   const auto past = static_cast<std::size_t>(std::count_if(drawn.begin(), drawn.end(), [](std::size_t i) { return i >> 32 != 0; }));
   CHECK(past > 1000);
+
+  // Without options.samples, all of two such corpora: refused at once, before a subset of 10^9
+  // samples was permuted into 8 GB (which ran out of memory, or took minutes, then refused).
+  const std::vector<huge_corpus> two(2, huge_corpus{3'000'000'000});
+  CHECK(test::contains(test::message_of<option_error>([&] { blended_dataset<huge_corpus> all(two, {2.0, 1.0}); }),
+                       "6000000000 samples; at most 2^32 - 2 are supported"));
 }
 
 TEST_CASE("shards that are not there, a file named for its prefix: a clear error") {

@@ -82,6 +82,10 @@ class blended_dataset {
     double sum = 0;
     for (double& w : weights) sum += (w = std::ldexp(w, -std::ilogb(largest)));
     const std::uint64_t total = options.samples != 0 ? options.samples : available;
+    // Before the subsets: without options.samples, corpora of 2^32 samples or more would be
+    // permuted into O(N) memory first (8 GB for 10^9 samples) only to be refused after.
+    if (total >= UINT32_MAX)
+      throw option_error("blended_dataset: " + std::to_string(total) + " samples; at most 2^32 - 2 are supported");
     report_.resize(corpora_.size());
     // Corpus k takes its share of N rounded so that the shares add up to N exactly: the
     // rounded cumulative share up to k, less the one up to k - 1 (each within one sample of
@@ -109,9 +113,6 @@ class blended_dataset {
       subsets_.push_back(std::move(chosen));
       starts_.add(r.taken);
     }
-    if (starts_.total() >= UINT32_MAX)
-      throw option_error("blended_dataset: " + std::to_string(starts_.total()) +
-                         " samples; at most 2^32 - 2 are supported");
     for (std::size_t i = 0; i < size(); ++i) {
       const auto [k, local] = locate(i, "blended_dataset");
       report_[k].tokens += static_cast<std::uint64_t>(corpora_[k].length(local));
