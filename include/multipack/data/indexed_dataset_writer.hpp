@@ -362,12 +362,19 @@ class indexed_dataset_writer {
       throw io_error(idx.string() + ": cannot move aside to " + old_idx.string() + ": " + ec.message());
     try {
       rename(path_with(".bin.tmp"), path_with(".bin"));
-    } catch (const io_error& failed) {
+    } catch (...) {  // an io_error, or bad_alloc making a path or the message
       if (!had_idx) throw;
       std::filesystem::rename(old_idx, idx, ec);  // the old dataset, as it was
       if (!ec) throw;
-      throw io_error(std::string(failed.what()) + "; the old index could not be put back either (" + ec.message() +
-                     "): it is at " + old_idx.string());
+      std::string failed = "cannot rename " + path_with(".bin.tmp").string();
+      try {
+        throw;
+      } catch (const std::exception& e) {
+        failed = e.what();
+      } catch (...) {  // not a std::exception: the default text above
+      }
+      throw io_error(failed + "; the old index could not be put back either (" + ec.message() + "): it is at " +
+                     old_idx.string());
     }
     std::error_code ignored;
     std::filesystem::remove(old_idx, ignored);  // it describes the old .bin, gone now

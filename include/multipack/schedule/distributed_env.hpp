@@ -22,7 +22,8 @@
 //    the error names both variables and their values. Agreeing, they report "Open MPI".
 //  - Rank and world size come as a pair: one without the other, or a local variable
 //    (LOCAL_RANK, LOCAL_WORLD_SIZE, SLURM_LOCALID, ...) without them, is an error naming the
-//    variable that is set and the one that is missing. The local rank alone is optional:
+//    variable that is set and the one that is missing (Slurm outside srun: see below). The
+//    local rank alone is optional:
 //    without it, local_rank is 0 (RANK and WORLD_SIZE are all that torch's env:// needs).
 //  - Every value read is a plain decimal integer in [0, 4294967295]: digits only, no sign,
 //    no spaces, not empty (leading zeros are accepted). Anything else is an error naming the
@@ -34,8 +35,9 @@
 //    tasks of its step. A batch script (sbatch) or an salloc shell runs once, yet has the
 //    allocation's SLURM_NTASKS and SLURM_PROCID=0: read as rank 0 of SLURM_NTASKS, that one
 //    process would train on 1/SLURM_NTASKS of the data. So without SLURM_STEP_NUM_TASKS,
-//    SLURM_NTASKS > 1 (or SLURM_PROCID > 0) is an error that says to start the trainer with
-//    srun, and SLURM_NTASKS = 1 is rank 0 of 1, launcher "Slurm".
+//    SLURM_NTASKS > 1 (or SLURM_PROCID > 0, or SLURM_LOCALID > 0: another task on the node)
+//    is an error that says to start the trainer with srun, and otherwise (SLURM_NTASKS = 1,
+//    or SLURM_PROCID or SLURM_LOCALID alone at 0) it is rank 0 of 1, launcher "Slurm".
 //  - No variable of any launcher set: a single process, rank 0 of 1, local rank 0,
 //    launcher "none".
 // Every error is an option_error whose message starts with "distributed_env: ".
