@@ -353,28 +353,25 @@ class indexed_dataset_writer {
     if (state_ != state::prepared) require_open("commit");  // finished or broken: throws
     state_ = state::broken;  // until both are in place
     // Old .idx first: between the renames there is a new .bin and no .idx, never a mismatch.
+    // Every path is made before the old .idx moves, and the .bin's failure puts it back with
+    // the non-throwing rename before any message is built: nothing can leave it aside.
     const std::filesystem::path idx = path_with(".idx");
     const std::filesystem::path old_idx = path_with(".idx.old.tmp");
+    const std::filesystem::path bin_tmp = path_with(".bin.tmp");
+    const std::filesystem::path bin = path_with(".bin");
     std::error_code ec;
     std::filesystem::rename(idx, old_idx, ec);
     const bool had_idx = !ec;
     if (ec && ec != std::errc::no_such_file_or_directory)
       throw io_error(idx.string() + ": cannot move aside to " + old_idx.string() + ": " + ec.message());
-    try {
-      rename(path_with(".bin.tmp"), path_with(".bin"));
-    } catch (...) {  // an io_error, or bad_alloc making a path or the message
-      if (!had_idx) throw;
-      std::filesystem::rename(old_idx, idx, ec);  // the old dataset, as it was
-      if (!ec) throw;
-      std::string failed = "cannot rename " + path_with(".bin.tmp").string();
-      try {
-        throw;
-      } catch (const std::exception& e) {
-        failed = e.what();
-      } catch (...) {  // not a std::exception: the default text above
-      }
-      throw io_error(failed + "; the old index could not be put back either (" + ec.message() + "): it is at " +
-                     old_idx.string());
+    std::filesystem::rename(bin_tmp, bin, ec);
+    if (ec) {
+      std::error_code back;
+      if (had_idx) std::filesystem::rename(old_idx, idx, back);  // the old dataset, as it was
+      throw io_error(rename_failure(bin_tmp, bin, ec) +
+                     (back ? "; the old index could not be put back either (" + back.message() + "): it is at " +
+                                 old_idx.string()
+                           : std::string()));
     }
     std::error_code ignored;
     std::filesystem::remove(old_idx, ignored);  // it describes the old .bin, gone now
@@ -410,11 +407,15 @@ class indexed_dataset_writer {
       throw option_error(name() + ": " + what + " after an earlier write failed");
   }
 
+  static std::string rename_failure(const std::filesystem::path& from, const std::filesystem::path& to,
+                                    const std::error_code& ec) {
+    return from.string() + ": cannot rename to " + to.string() + ": " + ec.message();
+  }
+
   static void rename(const std::filesystem::path& from, const std::filesystem::path& to) {
     std::error_code ec;
     std::filesystem::rename(from, to, ec);
-    if (ec)
-      throw io_error(from.string() + ": cannot rename to " + to.string() + ": " + ec.message());
+    if (ec) throw io_error(rename_failure(from, to, ec));
   }
 
   std::filesystem::path prefix_;
