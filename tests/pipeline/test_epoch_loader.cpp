@@ -161,14 +161,10 @@ TEST_CASE("statistics() from another thread while the consumer iterates: figures
       monitoring = true;
     } while (!done.load());
   });
-  struct join_at_exit {  // a next() that throws still stops and joins the monitor
-    std::atomic<bool>& done;
-    std::thread& thread;
-    ~join_at_exit() {
-      done = true;
-      if (thread.joinable()) thread.join();
-    }
-  } joined{done, monitor};
+  const test::on_exit joined([&] {  // a next() that throws still stops and joins the monitor
+    done = true;
+    if (monitor.joinable()) monitor.join();
+  });
   while (!monitoring.load()) std::this_thread::yield();  // the reads overlap the iteration
   std::uint64_t batches = 0;
   while (auto b = loader.next()) ++batches;
@@ -434,20 +430,13 @@ TEST_CASE("a loader destroyed while its planner runs waits for that plan, then r
   });
   // Whatever way the test leaves (a failed REQUIRE too), the planner is let go and the helper
   // joined: a failure fails, never hangs.
-  struct join_at_exit {
-    std::atomic<bool>& destroying;
-    std::thread& thread;
-    ~join_at_exit() {
-      destroying = true;
-      thread.join();
-    }
-  } joined{destroying, releaser};
+  const test::on_exit joined([&] {
+    destroying = true;
+    releaser.join();
+  });
   {
     epoch_loader<indexed_dataset> loader(dataset, held, 0, {}, {2, 2}, {.first = 0, .count = 3});
-    struct stop_at_exit {  // after the loader: set just before its destructor runs
-      std::atomic<bool>& destroying;
-      ~stop_at_exit() { destroying = true; }
-    } stopping{destroying};
+    const test::on_exit stopping([&] { destroying = true; });  // after the loader: just before its destructor
     // All of epoch 0, so its half is built whatever the scheduler does (a next() past it would
     // wait for the held plan), then the planner, which starts at that half.
     for (std::uint64_t i = 0; i < steps_0; ++i) REQUIRE(loader.next().has_value());

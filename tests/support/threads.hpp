@@ -13,6 +13,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace multipack::test {
@@ -51,5 +52,20 @@ inline std::size_t threads_named_once(std::string_view name, std::size_t expecte
   }
   return n;
 }
+
+/// Calls f when the scope is left, by its end or by an exception (a failed REQUIRE): for tests
+/// whose threads must be let go and joined on every way out, so that a failure fails and
+/// never hangs (or terminates on a joinable std::thread).
+template <class F>
+class on_exit {
+ public:
+  explicit on_exit(F f) : f_(std::move(f)) {}
+  on_exit(const on_exit&) = delete;
+  on_exit& operator=(const on_exit&) = delete;
+  ~on_exit() { f_(); }
+
+ private:
+  F f_;
+};
 
 }  // namespace multipack::test
