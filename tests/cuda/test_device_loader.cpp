@@ -512,10 +512,15 @@ TEST_SUITE("device") {
       {
         // take(n) over a prefetch view is not a prefetch view: the stager copies each batch.
         auto device = steps | views::prefetch({2, 3}, options) | std::views::take(n) |
-                      views::to_device(trainer.get(), {in_flight, false, false});
+                      views::to_device(trainer.get(), {in_flight, false, true});
         for (const cuda::device_batch_view<>& batch : device) results.enqueue(got++, batch, trainer.get());
         MULTIPACK_CUDA_CHECK(cudaStreamSynchronize(trainer.get()));
-        CHECK(device.statistics().copies == n);
+        const cuda::device_statistics statistics = device.statistics();
+        CHECK(statistics.copies == n);
+        // time_copies: each copy is timed at its buffer's reuse, as device_loader times them.
+        CHECK(statistics.timed_copies == n - in_flight);
+        CHECK(statistics.copy_seconds > 0);
+        CHECK(statistics.timed_bytes > 0);
       }
       const auto after = test::cuda_calls();
       CHECK(after.host_allocations - before.host_allocations >= in_flight);  // the staging pool
@@ -535,6 +540,13 @@ TEST_SUITE("no_device") {
     auto steps = *dataset | views::pack({2048}) | views::shard({1, 4}, 0);
     auto staged = steps | views::prefetch() | std::views::take(3) | views::to_device(cuda::stream_ref::default_stream());
     CHECK(test::contains(test::message_of<cuda_error>([&] { (void)staged.begin(); }), "no CUDA device to stage"));
+    // code() is the runtime's answer, the one the message names.
+    try {
+      cuda::batch_stager<> stager;
+      FAIL("no error without a device");
+    } catch (const cuda_error& e) {
+      CHECK(test::contains(e.what(), cudaGetErrorName(e.code())));
+    }
     std::vector<std::vector<std::int64_t>> host, fallback;
     for (const auto& b : steps | views::prefetch() | std::views::take(3)) host.push_back(test::contents(b));
     for (const auto& b : steps | views::prefetch() | std::views::take(3) | views::to_device(cuda::stream_ref::default_stream(), {3, true, false}))
@@ -566,6 +578,12 @@ TEST_SUITE("no_device") {
         test::message_of<cuda_error>([&] { cuda::device_loader<indexed_dataset> loader(dataset, plan, 0, {}, {}); });
     CHECK(message.find("no CUDA device") != std::string::npos);
     CHECK(message.find("host_fallback") != std::string::npos);
+    try {
+      cuda::device_loader<indexed_dataset> loader(dataset, plan, 0, {}, {});
+      FAIL("no error without a device");
+    } catch (const cuda_error& e) {
+      CHECK(test::contains(e.what(), cudaGetErrorName(e.code())));  // the runtime's answer, as the message says
+    }
     CHECK(!cuda::no_device_reason().empty());
 
     const auto before = test::cuda_calls();
@@ -637,10 +655,19 @@ TEST_SUITE("no_device") {
     using device_type = decltype(steps | views::prefetch() | views::to_device(consumer));
     using staged_type = decltype(steps | views::prefetch() | std::views::take(3) | views::to_device(consumer));
     static_assert(std::default_initializable<device_type> && std::default_initializable<staged_type>);
+    // Sized as their sources are: a prefetch view knows its steps, take(3) its count.
+    static_assert(std::ranges::sized_range<device_type> && std::ranges::sized_range<staged_type>);
+    using unsized_type = decltype(steps | views::prefetch() | std::views::take_while([](const auto&) { return true; }) |
+                                  views::to_device(consumer));
+    static_assert(!std::ranges::sized_range<unsized_type>);
+    CHECK((steps | views::prefetch() | views::to_device(consumer)).size() == steps.size());
+    CHECK((steps | views::prefetch() | std::views::take(3) | views::to_device(consumer)).size() == 3);
     device_type device;
+    CHECK(device.size() == 0);
     CHECK(device.begin() == device.end());
     CHECK(device.statistics().copies == 0);
     staged_type staged;
+    CHECK(staged.size() == 0);
     CHECK(staged.begin() == staged.end());
     CHECK(staged.statistics().copies == 0);
     // No steps: nothing to copy, so no device is needed either.

@@ -17,6 +17,7 @@
 #include "multipack/data/indexed_dataset.hpp"
 #include "multipack/data/length_list.hpp"
 #include "multipack/pipeline/batch_loader.hpp"
+#include "multipack/pipeline/epoch_loader.hpp"
 #include "multipack/schedule/plan.hpp"
 #include "multipack/torch/device_tensors.hpp"
 #include "support/paths.hpp"
@@ -98,9 +99,33 @@ TEST_SUITE("no_device") {
       CHECK(kept->input_ids.data_ptr() == ids);
     }
     // The loader is gone; the tensors still read their batch: the first row starts a piece.
+    CHECK(kept->step == 0);
+    CHECK(kept->epoch == 0);
     CHECK(kept->position_ids[0][0].item<std::int64_t>() == 0);
     CHECK(kept->sequence_ids[0][0].item<std::int64_t>() == 1);
     CHECK(kept->labels[0][0].item<std::int64_t>() == -100);
+  }
+
+  TEST_CASE("device_epoch_loader's batches as tensors say their epoch and step") {
+    const alpaca_loading data;
+    const std::vector<std::uint32_t> lengths =
+        multipack::read_length_list(test::source_dir() / "data/alpaca/lengths.txt");
+    const multipack::epoch_planner planner =
+        multipack::plan_each_epoch(lengths, {.capacity = 2048}, {.world_size = 1, .micro_batch = 16, .seed = 5});
+    multipack::cuda::device_epoch_loader<multipack::indexed_dataset, std::int64_t> loader(
+        data.dataset, planner, 0, {}, {.threads = 2, .depth = 2}, {.host_fallback = true}, {.first = 3, .count = 2});
+    std::uint64_t batches = 0, second_epoch = 0;
+    while (auto batch = loader.next()) {
+      const std::uint64_t epoch = batch->epoch(), step = batch->step();
+      const auto t = multipack::torch::to_tensors(std::move(*batch), multipack::cuda::stream_ref::default_stream());
+      CHECK((epoch == 3 || epoch == 4));
+      CHECK(t.epoch == epoch);
+      CHECK(t.step == step);
+      ++batches;
+      second_epoch += epoch == 4;
+    }
+    CHECK(second_epoch > 0);
+    CHECK(second_epoch < batches);
   }
 
   TEST_CASE("a stager's host-fallback batch: CPU tensors of a copy, since its host buffer is the caller's to reuse") {
@@ -117,8 +142,11 @@ TEST_SUITE("no_device") {
       REQUIRE(lease);
       const auto& view = (*lease)->view;
       staged_ids.assign(view.input_ids.begin(), view.input_ids.begin() + view.rows * view.row_length);
-      kept = multipack::torch::to_tensors(stager.stage(view), multipack::cuda::stream_ref::default_stream());
+      multipack::cuda::device_batch<std::int64_t> staged = stager.stage(view);
+      kept = multipack::torch::to_tensors(std::move(staged), multipack::cuda::stream_ref::default_stream());
       CHECK(kept->input_ids.data_ptr() != static_cast<void*>(view.input_ids.data()));
+      CHECK_FALSE(static_cast<bool>(staged));  // NOLINT(bugprone-use-after-move): taken, as on every other path
+      CHECK_FALSE(staged.borrowed());           // NOLINT(bugprone-use-after-move)
     }  // the lease, the loader and its buffers are gone
     const auto ids = kept->input_ids.contiguous().view({-1});
     REQUIRE(ids.numel() == static_cast<std::int64_t>(staged_ids.size()));

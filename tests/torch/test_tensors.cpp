@@ -90,6 +90,7 @@ TEST_CASE("torch::views::to_tensors: an input view of batch_tensors, both call f
   using tensors_of_taken = decltype(steps | multipack::views::prefetch() | std::views::take(2) |
                                     multipack::torch::views::to_tensors());
   static_assert(std::ranges::input_range<tensors_of_taken>);
+  static_assert(std::ranges::sized_range<tensors_of_taken>);  // take's size carries through the copies
 
   // The reference: the batches of the same steps as views::prefetch gives them.
   multipack::batch_options options;
@@ -118,7 +119,9 @@ TEST_CASE("torch::views::to_tensors: an input view of batch_tensors, both call f
   SUBCASE("after any other range of batches: a copy of each, the call form") {
     auto taken = steps | multipack::views::prefetch_as<std::int64_t>({}, options) | std::views::take(3);
     std::size_t i = 0;
-    for (const auto& b : multipack::torch::views::to_tensors(taken)) CHECK(arrays_of(b) == expected[i++]);
+    auto copies = multipack::torch::views::to_tensors(taken);
+    CHECK(copies.size() == 3);
+    for (const auto& b : copies) CHECK(arrays_of(b) == expected[i++]);
     CHECK(i == 3);
   }
   SUBCASE("a default-constructed view: no batches") {
@@ -127,6 +130,7 @@ TEST_CASE("torch::views::to_tensors: an input view of batch_tensors, both call f
     CHECK(unset.begin() == unset.end());
     CHECK(unset.statistics().batches == 0);
     decltype(steps | multipack::views::prefetch() | std::views::take(2) | multipack::torch::views::to_tensors()) unset_copies;
+    CHECK(unset_copies.size() == 0);
     CHECK(unset_copies.begin() == unset_copies.end());
     // A view made from a default-constructed prefetch view.
     auto of_unset = multipack::torch::views::to_tensors(decltype(steps | multipack::views::prefetch()){});
@@ -163,6 +167,24 @@ TEST_CASE("tensors over a batch: the batch's shapes, dtype and memory, int32 and
   REQUIRE(lease);
   const multipack::batch_view<std::int64_t> view = (*lease)->view;
   check_tensors_are_the_batch(multipack::torch::to_tensors(std::move(*lease)), view);
+}
+
+TEST_CASE("tensors say their batch's step, epoch and rank") {
+  const auto& d = test::alpaca();
+  std::vector<std::uint32_t> lengths(d.size());
+  for (std::size_t i = 0; i < d.size(); ++i) lengths[i] = static_cast<std::uint32_t>(d.length(i));
+  const auto plan = std::make_shared<const multipack::epoch_plan>(multipack::plan_epoch(
+      lengths, {.capacity = 1024}, {.world_size = 2, .micro_batch = 4, .seed = 3, .epoch = 5}));
+  multipack::batch_loader<multipack::indexed_dataset> loader(alpaca_shared(), plan, 1, {}, {.threads = 1, .depth = 2});
+  for (std::uint64_t step = 0; step < 2; ++step) {
+    auto lease = loader.next();
+    REQUIRE(lease);
+    REQUIRE((*lease)->epoch == 5);
+    const auto t = multipack::torch::to_tensors(std::move(*lease));
+    CHECK(t.step == step);
+    CHECK(t.epoch == 5);
+    CHECK(t.rank == 1);
+  }
 }
 
 TEST_CASE("a batch kept as tensors stays out of the pool until its last tensor dies") {

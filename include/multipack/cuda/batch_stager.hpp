@@ -91,6 +91,7 @@ class batch_stager {
     staged.copy_results_from(host);
 
     cudaStream_t copy = copy_->get();
+    if (slot.timing_pending) detail::add_copy_timing(slot, copies_);
     if (slot.release_recorded) {
       MULTIPACK_CUDA_CHECK(cudaStreamWaitEvent(copy, slot.released.get(), 0));
       slot.release_recorded = false;
@@ -98,8 +99,10 @@ class batch_stager {
     batch_view<T> device = batch_view<T>::over_bytes(*layout_, {slot.memory.data(), slot.memory.size()});
     device.copy_results_from(staged);
     try {
+      if (slot.copy_started) slot.copy_started->record(copy);
       slot.bytes = detail::enqueue_batch_copies(staged, device, copy);
       slot.copied.record(copy);
+      slot.timing_pending = slot.copy_started.has_value();
       buffer.copied.record(copy);
     } catch (...) {
       // Copies out of the pinned buffer may be queued: done before the next stage() writes it.
@@ -114,7 +117,8 @@ class batch_stager {
     return device_batch<T>(ring_, claimed.index(), device, step, 0, 0, slot.copied.get());  // epoch 0, rank 0
   }
 
-  /// Copies so far (copies, bytes_copied; no timing, no host statistics). O(1).
+  /// Copies so far (copies, bytes_copied, and with time_copies their timing; no host
+  /// statistics). O(1).
   [[nodiscard]] device_statistics statistics() const {
     device_statistics s = copies_;
     s.on_device = on_device_;
@@ -132,7 +136,7 @@ class batch_stager {
   static bool checked_device(const device_options& options) {
     if (device_available()) return true;
     if (options.host_fallback) return false;
-    throw cuda_error(cudaErrorNoDevice, "views::to_device: no CUDA device to stage batches to (" + no_device_reason() +
+    throw cuda_error(detail::no_device_error(), "views::to_device: no CUDA device to stage batches to (" + no_device_reason() +
                                             "); set device_options::host_fallback for host batches instead");
   }
 
@@ -141,7 +145,7 @@ class batch_stager {
   void start(const batch_layout& layout) {
     validate(layout);
     const std::size_t bytes = layout.bytes<T>();
-    auto ring = std::make_shared<detail::device_ring>(options_.batches_in_flight, bytes, false);
+    auto ring = std::make_shared<detail::device_ring>(options_.batches_in_flight, bytes, options_.time_copies);
     std::vector<pinned_buffer> buffers;
     buffers.reserve(options_.batches_in_flight);
     try {

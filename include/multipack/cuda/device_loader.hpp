@@ -117,6 +117,17 @@ struct device_slot {
   cudaError_t release_error = cudaSuccess;  ///< a release whose event could not be recorded
 };
 
+/// time_copies: adds the slot's last copy (copy_started to copied) to `statistics`, first
+/// waiting for it (the copy of batches_in_flight batches ago: done in steady state). Throws
+/// cuda_error.
+inline void add_copy_timing(device_slot& slot, device_statistics& statistics) {
+  slot.copied.synchronize();
+  statistics.copy_seconds += static_cast<double>(event::elapsed_ms(*slot.copy_started, slot.copied)) * 1e-3;
+  statistics.timed_bytes += slot.bytes;
+  ++statistics.timed_copies;
+  slot.timing_pending = false;
+}
+
 /// The device buffers and which of them the consumer may have next. give_back() may be
 /// called from any thread (a batch may be released anywhere); the rest is for the consumer.
 class device_ring {
@@ -522,7 +533,7 @@ class device_loader {
     cudaStream_t copy = copy_->get();
     batch_view<T> to = batch_view<T>::over_bytes(layout(), {slot.memory.data(), slot.memory.size()});
     try {
-      if (slot.timing_pending) add_timing(slot);
+      if (slot.timing_pending) detail::add_copy_timing(slot, copies_);
       if (slot.release_recorded) {
         MULTIPACK_CUDA_CHECK(cudaStreamWaitEvent(copy, slot.released.get(), 0));
         slot.release_recorded = false;
@@ -585,7 +596,7 @@ class device_loader {
   static bool checked_device(const device_options& options) {
     if (device_available()) return true;
     if (options.host_fallback) return false;
-    throw cuda_error(cudaErrorNoDevice, "device_loader: no CUDA device to load batches to (" + no_device_reason() +
+    throw cuda_error(detail::no_device_error(), "device_loader: no CUDA device to load batches to (" + no_device_reason() +
                                             "); set device_options::host_fallback for host batches instead");
   }
 
@@ -616,14 +627,6 @@ class device_loader {
   prefetch_options with_depth(prefetch_options prefetch) const {
     prefetch.depth += options_.batches_in_flight;
     return prefetch;
-  }
-
-  void add_timing(detail::device_slot& slot) {
-    slot.copied.synchronize();  // the copy of batches_in_flight batches ago: done in steady state
-    copies_.copy_seconds += static_cast<double>(event::elapsed_ms(*slot.copy_started, slot.copied)) * 1e-3;
-    copies_.timed_bytes += slot.bytes;
-    ++copies_.timed_copies;
-    slot.timing_pending = false;
   }
 
   /// Gives back the pinned buffers whose copies have run, oldest first (copies run in

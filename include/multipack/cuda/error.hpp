@@ -85,6 +85,13 @@ inline const device_probe& probe_devices() noexcept {
   return probe;
 }
 
+/// The error to report for no device: the probe's (cudaErrorInsufficientDriver without a
+/// driver, say), or cudaErrorNoDevice where the runtime counted none.
+[[nodiscard]] inline cudaError_t no_device_error() noexcept {
+  const cudaError_t probed = probe_devices().error;
+  return probed != cudaSuccess ? probed : cudaErrorNoDevice;
+}
+
 }  // namespace detail
 
 /// The number of CUDA devices this process can use: 0 without a driver or a device.

@@ -18,6 +18,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <iterator>
 #include <memory>
@@ -86,6 +87,8 @@ class device_view : public std::ranges::view_interface<device_view<Steps, T>> {
     });
   }
   [[nodiscard]] std::default_sentinel_t end() const noexcept { return {}; }
+  /// Batches the view yields: one a step. O(1).
+  [[nodiscard]] std::size_t size() const noexcept { return state_ ? state_->source.size() : 0; }
 
   /// The loader's statistics so far (zeros before begin()).
   [[nodiscard]] cuda::device_statistics statistics() const {
@@ -147,6 +150,12 @@ class staged_device_view : public std::ranges::view_interface<staged_device_view
     });
   }
   [[nodiscard]] std::default_sentinel_t end() const noexcept { return {}; }
+  /// Batches the view yields, where the source knows its size: one a source batch. O(1).
+  [[nodiscard]] auto size() const
+    requires std::ranges::sized_range<Source>
+  {
+    return state_ ? std::ranges::size(state_->source) : std::ranges::range_size_t<Source>{0};
+  }
 
   /// The copies so far (zeros before begin()).
   [[nodiscard]] cuda::device_statistics statistics() const {

@@ -44,8 +44,12 @@ namespace multipack::torch {
 /// batch is then released.
 template <batch_token T>
 [[nodiscard]] batch_tensors to_tensors(cuda::device_batch<T>&& batch, cuda::stream_ref consumer) {
-  if (batch.borrowed())  // a stager's fallback: the caller's host batch, which it may reuse
-    return copy_tensors(batch.view().host(), batch.step(), batch.rank());
+  if (batch.borrowed()) {  // a stager's fallback: the caller's host batch, which it may reuse
+    batch_tensors t = copy_tensors(batch.view().host(), batch.step(), batch.rank());
+    t.epoch = batch.epoch();
+    batch.release();  // taken, as on every other path
+    return t;
+  }
   auto owner = std::make_shared<cuda::device_batch<T>>(std::move(batch));
   owner->wait(consumer);
   ::torch::Device device = ::torch::kCPU;
@@ -54,7 +58,11 @@ template <batch_token T>
     MULTIPACK_CUDA_CHECK(cudaPointerGetAttributes(&attributes, owner->view().input_ids.get()));
     device = ::torch::Device(::torch::kCUDA, static_cast<::torch::DeviceIndex>(attributes.device));
   }
-  return detail::tensors_over(owner->view(), owner, device, owner->step(), owner->rank());
+  batch_tensors t = detail::tensors_over(owner->view(), owner, device);
+  t.step = owner->step();
+  t.epoch = owner->epoch();
+  t.rank = owner->rank();
+  return t;
 }
 
 }  // namespace multipack::torch

@@ -45,6 +45,7 @@ struct batch_tensors {
   std::int64_t real_tokens = 0;  ///< tokens of pieces
   std::int64_t loss_tokens = 0;  ///< labels that are not ignore_index
   std::uint64_t step = 0;        ///< the step the batch belongs to
+  std::uint64_t epoch = 0;       ///< its epoch (an epoch loader's batch; 0 for a single epoch's)
   std::uint32_t rank = 0;        ///< the rank whose batch it is
 };
 
@@ -61,11 +62,11 @@ template <class Array>
 }
 
 /// The tensors over `view`'s used arrays on `device` (a batch_view, or the `cuda/` layer's
-/// device_batch_view). Every tensor holds a copy of `owner` (null: nobody's), so the last one
-/// to die releases it. O(1), no copy of the arrays.
+/// device_batch_view), with its counts; the caller sets step, epoch and rank. Every tensor
+/// holds a copy of `owner` (null: nobody's), so the last one to die releases it. O(1), no
+/// copy of the arrays.
 template <class View, batch_token T = typename View::token_type>
-[[nodiscard]] batch_tensors tensors_over(const View& view, const std::shared_ptr<void>& owner,
-                                         ::torch::Device device, std::uint64_t step, std::uint32_t rank) {
+[[nodiscard]] batch_tensors tensors_over(const View& view, const std::shared_ptr<void>& owner, ::torch::Device device) {
   const auto tokens = ::torch::TensorOptions().dtype(scalar_type_of<T>).device(device);
   const auto offsets = ::torch::TensorOptions().dtype(::torch::kInt32).device(device);
   const std::int64_t rows = view.rows;
@@ -82,8 +83,6 @@ template <class View, batch_token T = typename View::token_type>
   t.max_seqlen = view.max_seqlen;
   t.real_tokens = static_cast<std::int64_t>(view.real_tokens);
   t.loss_tokens = static_cast<std::int64_t>(view.loss_tokens);
-  t.step = step;
-  t.rank = rank;
   return t;
 }
 
@@ -94,7 +93,10 @@ template <class View, batch_token T = typename View::token_type>
 /// O(1), no copy; throws what torch::from_blob throws.
 template <batch_token T>
 [[nodiscard]] batch_tensors borrow_tensors(const batch_view<T>& view, std::uint64_t step = 0, std::uint32_t rank = 0) {
-  return detail::tensors_over(view, nullptr, ::torch::kCPU, step, rank);
+  batch_tensors t = detail::tensors_over(view, nullptr, ::torch::kCPU);
+  t.step = step;
+  t.rank = rank;
+  return t;
 }
 
 /// CPU tensors that own a copy of `view`'s used arrays: for a batch that will not stay (a
@@ -116,12 +118,17 @@ template <class Lease>
   requires(!std::is_lvalue_reference_v<Lease>) && std::movable<Lease> && requires(const Lease& lease) {
     { (*lease).view.rows } -> std::convertible_to<std::uint32_t>;
     { (*lease).step } -> std::convertible_to<std::uint64_t>;
+    { (*lease).epoch } -> std::convertible_to<std::uint64_t>;
     { (*lease).rank } -> std::convertible_to<std::uint32_t>;
   }
 [[nodiscard]] batch_tensors to_tensors(Lease&& batch) {
   auto owner = std::make_shared<Lease>(std::move(batch));
   const auto& loaded = **owner;
-  return detail::tensors_over(loaded.view, owner, ::torch::kCPU, loaded.step, loaded.rank);
+  batch_tensors t = detail::tensors_over(loaded.view, owner, ::torch::kCPU);
+  t.step = loaded.step;
+  t.epoch = loaded.epoch;
+  t.rank = loaded.rank;
+  return t;
 }
 
 }  // namespace multipack::torch

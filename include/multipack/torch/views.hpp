@@ -21,6 +21,7 @@
 // An input view, like views::prefetch: the threads start at begin() (once) and stop when the
 // view is destroyed.
 
+#include <cstddef>
 #include <cstdint>
 #include <iterator>
 #include <memory>
@@ -129,6 +130,12 @@ class copied_tensor_view : public std::ranges::view_interface<copied_tensor_view
     });
   }
   [[nodiscard]] std::default_sentinel_t end() const noexcept { return {}; }
+  /// Batches the view yields, where the source knows its size: one a source batch. O(1).
+  [[nodiscard]] auto size() const
+    requires std::ranges::sized_range<Source>
+  {
+    return state_ ? std::ranges::size(state_->source) : std::ranges::range_size_t<Source>{0};
+  }
 
  private:
   std::shared_ptr<state> state_;
