@@ -455,6 +455,25 @@ TEST_CASE("subsets and blends of a corpus of more than 2^32 samples take the sam
                        "6000000000 samples; at most 2^32 - 2 are supported"));
 }
 
+TEST_CASE("a directory or a pattern with a half-copied shard is refused, naming the missing file") {
+  // Skipping the shard would train on less data with no word (rsync copies .bin before .idx).
+  const auto dir = test::fresh_temp_dir("half_copied");
+  const auto written = write_shards(dir, {2000, 1000, 2000});
+  for (const auto& [keep, drop] : {std::pair{".idx", ".bin"}, std::pair{".bin", ".idx"}}) {
+    CAPTURE(drop);
+    const std::filesystem::path aside = dir / "aside";
+    std::filesystem::rename(written[1].string() + drop, aside);
+    const std::string missing = written[1].string() + drop + " is missing beside its " + keep;
+    CHECK(test::contains(test::message_of<option_error>([&] { (void)indexed_prefixes(dir); }), missing));
+    CHECK(test::contains(test::message_of<option_error>([&] { (void)indexed_prefixes(dir / "shard_*"); }), missing));
+    // A pattern that leaves the shard out, and the other shards named alone, still open.
+    CHECK(indexed_prefixes(dir / "shard_[02]") == std::vector{written[0], written[2]});
+    CHECK(indexed_prefixes(written[0]) == std::vector{written[0]});
+    std::filesystem::rename(aside, written[1].string() + drop);
+    CHECK(indexed_prefixes(dir) == written);
+  }
+}
+
 TEST_CASE("shards that are not there, a file named for its prefix: a clear error") {
   const auto dir = test::fresh_temp_dir("no_shards");
   CHECK(test::contains(test::message_of<option_error>([&] { (void)indexed_prefixes(dir); }),

@@ -179,8 +179,9 @@ namespace detail {
 /// `*`, `?` or `[`, when that prefix exists).
 /// A directory's or a pattern's PREFIX.loss_mask whose PREFIX is found too is that dataset's
 /// token mask (token_mask_suffix), not a shard: left out (its 0/1 values would be trained on
-/// as tokens). Throws option_error when it names nothing, io_error when the directory cannot
-/// be read. O(entries of the directory).
+/// as tokens). Throws option_error when it names nothing, or a PREFIX.idx or PREFIX.bin
+/// without the other (a shard half copied: skipping it would train on less data, silently);
+/// io_error when the directory cannot be read. O(entries of the directory).
 template <path_like Path>
 [[nodiscard]] std::vector<std::filesystem::path> indexed_prefixes(const Path& where_value) {
   namespace fs = std::filesystem;
@@ -188,6 +189,10 @@ template <path_like Path>
   auto complete = [](const fs::path& prefix) {
     return fs::is_regular_file(detail::with_suffix(prefix, ".idx")) &&
            fs::is_regular_file(detail::with_suffix(prefix, ".bin"));
+  };
+  auto missing_partner = [](const fs::path& named, const fs::path& prefix, const char* have, const char* lack) {
+    throw option_error(named.string() + ": " + detail::with_suffix(prefix, lack).string() + " is missing beside its " +
+                       have + " (a Megatron indexed dataset is both files)");
   };
   std::error_code error;
   const bool directory = fs::is_directory(where, error);
@@ -200,9 +205,7 @@ template <path_like Path>
     if ((where.extension() == ".bin" || where.extension() == ".idx") && complete(meant))
       throw option_error(where.string() + ": a dataset is named by its prefix, without .bin or .idx: " + meant.string());
     for (const auto& [have, lack] : {std::pair{".idx", ".bin"}, std::pair{".bin", ".idx"}})
-      if (fs::is_regular_file(detail::with_suffix(where, have)))
-        throw option_error(where.string() + ": " + detail::with_suffix(where, lack).string() + " is missing beside its " +
-                           have + " (a Megatron indexed dataset is both files)");
+      if (fs::is_regular_file(detail::with_suffix(where, have))) missing_partner(where, where, have, lack);
     throw option_error(where.string() + ": no Megatron indexed dataset there (expected " + where.string() +
                        ".idx and .bin, a directory of them, or a pattern such as shard_*)");
   }
@@ -212,10 +215,16 @@ template <path_like Path>
   for (; it != fs::directory_iterator(); it.increment(error)) {
     if (error) throw io_error(folder.string() + ": cannot list: " + error.message());
     const fs::path entry = it->path();
-    if (entry.extension() != ".idx") continue;
+    const bool idx = entry.extension() == ".idx";
+    if (!idx && entry.extension() != ".bin") continue;
     fs::path prefix = entry;
     prefix.replace_extension();
-    if (fnmatch(pattern.c_str(), prefix.filename().c_str(), 0) == 0 && complete(prefix)) found.push_back(prefix);
+    if (fnmatch(pattern.c_str(), prefix.filename().c_str(), 0) != 0 || !fs::is_regular_file(entry)) continue;
+    if (complete(prefix)) {
+      if (idx) found.push_back(prefix);
+    } else {
+      missing_partner(where, prefix, idx ? ".idx" : ".bin", idx ? ".bin" : ".idx");
+    }
   }
   if (found.empty())
     throw option_error(where.string() + ": names no Megatron indexed dataset (no PREFIX.idx with its PREFIX.bin)");
