@@ -150,14 +150,22 @@ class text_file {
   fmt::memory_buffer buffer_;
 };
 
-/// Throws option_error naming `flag` when the directory `path` would be written in does not
-/// exist: checked before the work, since a dump is written at the end of a run that may take
-/// minutes. O(1).
-inline void check_output_directory(const std::string& path, const char* flag) {
-  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+/// Throws option_error naming `flag` when `path` cannot name what a run writes: it ends in '/'
+/// (no file name: convert --output DIR/ wrote the hidden DIR/.bin and DIR/.idx), the directory
+/// it would be written in does not exist, or it is a directory itself (unless `is_prefix`: a
+/// prefix names PATH.bin, PATH.idx, ... beside it). Checked before the work, since the files
+/// are written at the end of a run that may take minutes. O(1).
+inline void check_output_path(const std::string& path, const char* flag, bool is_prefix = false) {
+  const std::filesystem::path p(path);
+  if (!p.has_filename())
+    throw option_error(fmt::format("{} {}: names a directory, not a file{}", flag, path,
+                                   is_prefix ? " prefix (PREFIX.bin, PREFIX.idx, ...)" : ""));
+  const std::filesystem::path parent = p.parent_path();
   std::error_code error;
   if (!parent.empty() && !std::filesystem::is_directory(parent, error))
     throw option_error(fmt::format("{} {}: the directory {} does not exist", flag, path, parent.string()));
+  if (!is_prefix && std::filesystem::is_directory(p, error))
+    throw option_error(fmt::format("{} {}: a directory; give a file name", flag, path));
 }
 
 /// Appends pieces as the dump files write them: separated by spaces, `i` for all of sample i,

@@ -3,8 +3,10 @@
 #include "command/convert_command.hpp"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cerrno>
+#include <csignal>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -18,6 +20,8 @@
 #include <tuple>
 #include <vector>
 
+#include <signal.h>
+
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -25,6 +29,7 @@
 #include "command/common.hpp"
 #include "command/jsonl_converter.hpp"
 #include "command/options.hpp"
+#include "command/reports.hpp"
 #include "multipack/core/error.hpp"
 #include "multipack/data/dtype.hpp"
 #include "multipack/data/indexed_dataset_writer.hpp"
@@ -32,9 +37,53 @@
 
 namespace multipack::bench {
 
+namespace {
+
+// SIGINT, SIGTERM or SIGHUP while converting: noted, so that the conversion stops at the next
+// line and the writers' destructors remove their temporaries (a conversion killed part way
+// left its PREFIX.*.tmp behind, as large as the input); then raised again, for the status a
+// shell expects of a command a signal stopped.
+std::atomic<int> interrupting_signal{0};
+
+void note_interrupting_signal(int signal) { interrupting_signal.store(signal, std::memory_order_relaxed); }
+
+class interrupt_guard {
+ public:
+  interrupt_guard() {
+    struct sigaction action {};
+    action.sa_handler = note_interrupting_signal;
+    sigemptyset(&action.sa_mask);
+    action.sa_flags = SA_RESTART;  // a read goes on: the loop looks at the flag at each line
+    for (std::size_t k = 0; k < signals.size(); ++k) {
+      sigaction(signals[k], nullptr, &previous_[k]);
+      // An ignored signal stays ignored (a background job's SIGINT, nohup's SIGHUP).
+      if (previous_[k].sa_handler != SIG_IGN) sigaction(signals[k], &action, nullptr);
+    }
+  }
+  interrupt_guard(const interrupt_guard&) = delete;
+  interrupt_guard& operator=(const interrupt_guard&) = delete;
+  /// Puts the previous handlers back, then raises the signal noted, if any (by then the
+  /// converter is gone, and its temporaries with it).
+  ~interrupt_guard() {
+    for (std::size_t k = 0; k < signals.size(); ++k) sigaction(signals[k], &previous_[k], nullptr);
+    if (const int signal = interrupting_signal.exchange(0)) std::raise(signal);
+  }
+  /// Throws error once a signal was noted.
+  static void check() {
+    if (const int signal = interrupting_signal.load(std::memory_order_relaxed))
+      throw error(fmt::format("interrupted by signal {} ({}); no output written", signal, strsignal(signal)));
+  }
+
+ private:
+  static constexpr std::array<int, 3> signals{SIGINT, SIGTERM, SIGHUP};
+  std::array<struct sigaction, 3> previous_{};
+};
+
+}  // namespace
 
 inline int run_convert_command(const convert_command_options& o) {
   const token_dtype dtype = detail::parse_token_dtype(o.dtype);
+  check_output_path(o.output, "--output", true);
   std::error_code is_dir_error;
   if (std::filesystem::is_directory(o.input, is_dir_error))
     throw option_error("--input " + o.input + ": a directory; convert reads one JSON Lines file");
@@ -47,6 +96,7 @@ inline int run_convert_command(const convert_command_options& o) {
   std::atomic<std::uint64_t> lines{0};
   std::atomic<std::uint64_t> read{0};
   const auto start = clock::now();
+  const interrupt_guard interrupts;  // before the converter: gone after it
   detail::jsonl_converter converter(o, dtype);
   {
     progress p(fmt::format("converting {}", o.input), [&] {
@@ -59,12 +109,14 @@ inline int run_convert_command(const convert_command_options& o) {
     std::uint64_t offset = 0;
     std::uint64_t number = 0;
     while (std::getline(in, line)) {
+      interrupt_guard::check();
       ++number;
       converter.add(line, number, offset);
       offset += line.size() + (in.eof() ? 0 : 1);  // a last line may have no newline
       lines.store(number, std::memory_order_relaxed);
       read.store(offset, std::memory_order_relaxed);
     }
+    interrupt_guard::check();  // the input may have ended early because of it
     if (in.bad()) throw io_error(o.input + ": read failed at byte " + std::to_string(offset));
     converter.finish();
   }
@@ -87,7 +139,7 @@ inline int run_convert_command(const convert_command_options& o) {
     out["seconds"] = seconds;
     out["input_bytes_per_second"] = seconds > 0 ? static_cast<double>(bytes) / seconds : 0.0;
     out["peak_rss_bytes"] = peak;
-    fmt::print("{}\n", out.dump());
+    print_json(out);
     return 0;
   }
   fmt::print("multipack-bench convert: {} -> {}\n", o.input, o.output);

@@ -220,6 +220,12 @@ class repeated_dataset {
   repeated_dataset(std::shared_ptr<const D> inner, std::uint64_t copies)
       : inner_(std::move(inner)), samples_(inner_->size()), copies_(copies) {
     if (copies_ == 0) throw option_error("--repeat-data: the data must be seen at least once");
+    // Checked before anything is sized by it: the product wrapped (a silently smaller dataset)
+    // or allocated gigabytes of lengths before the packer refused.
+    if (samples_ != 0 && copies_ > (UINT32_MAX - 1) / samples_)
+      throw option_error(fmt::format("--repeat-data {}: {} samples seen {} times is past 2^32 - 2 samples, "
+                                     "the most a packing takes",
+                                     copies_, samples_, copies_));
   }
   [[nodiscard]] std::size_t size() const noexcept { return samples_ * copies_; }
   [[nodiscard]] dataset_iterator<repeated_dataset> begin() const noexcept { return {this, 0}; }
@@ -300,6 +306,9 @@ std::vector<std::uint32_t> lengths_of(const D& dataset, const std::string& name)
   }
   if (source.resample == 0) return in;
   if (in.lengths.empty()) throw option_error("--resample: the input has no samples to draw from");
+  if (source.resample > UINT32_MAX - 1)
+    throw option_error(fmt::format("--resample {}: at most 2^32 - 2 samples, the most a packing takes",
+                                   source.resample));
   progress p(fmt::format("drawing {} lengths", source.resample));
   std::vector<std::uint32_t> drawn(source.resample);
   splitmix64 rng(source.resample_seed);

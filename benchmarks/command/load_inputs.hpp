@@ -226,6 +226,14 @@ load_inputs prepare_load(const load_command_options& o, std::uint64_t buffers) {
     if (pool > static_cast<double>(memory))
       throw option_error(fmt::format("--depth {}: {} buffers of {} bytes need {:.3g} GB, more than this machine's {:.3g} GB",
                                      o.depth, buffers, batch_bytes, pool * 1e-9, static_cast<double>(memory) * 1e-9));
+    // The memcpy floor's two buffers (--memcpy-buffer-mib, at least a batch a thread), made
+    // after the run: refused now, not with std::bad_alloc once every figure was measured.
+    const double floor = 2.0 * std::max(static_cast<double>(o.memcpy_buffer_mib) * 1048576.0,
+                                        static_cast<double>(o.threads) * static_cast<double>(batch_bytes));
+    if (floor > static_cast<double>(memory))
+      throw option_error(fmt::format("--memcpy-buffer-mib {} (--threads {}): the memcpy floor's two buffers need {:.3g} GB, "
+                                     "more than this machine's {:.3g} GB",
+                                     o.memcpy_buffer_mib, o.threads, floor * 1e-9, static_cast<double>(memory) * 1e-9));
   }
   if (!o.dump_batches.empty() && o.dump_count != 0) detail::make_directory(o.dump_batches);
   return in;

@@ -48,6 +48,7 @@ void print_load_report(const load_command_options& o, const load_inputs& in, con
     nlohmann::ordered_json out;
     out["input"] = o.packing.source.describe_input();
     add_input_json(out, in.opened);
+    out["repeat_data"] = o.repeat_data;  // the steps and rates below are of the data seen this many times
     // One file: its name, as before several were accepted.
     out["prompt_lengths"] = o.prompt_lengths.empty()       ? nlohmann::ordered_json(nullptr)
                             : o.prompt_lengths.size() == 1 ? nlohmann::ordered_json(o.prompt_lengths.front())
@@ -125,12 +126,13 @@ void print_load_report(const load_command_options& o, const load_inputs& in, con
       out["pinned_allocations_after_start"] = device->pinned_allocations_after_start;
     }
 #endif
-    fmt::print("{}\n", out.dump());
+    print_json(out);
     return;
   }
   constexpr double gb = 1e9;
   const char* prompts_are = o.train_on_inputs ? " (trained on)" : " (no loss)";
-  fmt::print("multipack-bench load: {}{}{}\n", o.packing.source.describe_input(),
+  fmt::print("multipack-bench load: {}{}{}{}\n", o.packing.source.describe_input(),
+             o.repeat_data == 1 ? std::string() : fmt::format(", seen {} times (--repeat-data)", o.repeat_data),
              o.prompt_lengths.empty() ? std::string()
                                       : fmt::format(", prompts from {}{}", fmt::join(o.prompt_lengths, " "), prompts_are),
              o.loss_mask.empty() ? std::string() : fmt::format(", token mask {}{}", o.loss_mask, prompts_are));

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <exception>
 #include <functional>
+#include <string>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -32,6 +33,19 @@ int main(int argc, char** argv) {
   multipack::bench::add_load_command(app, load_options, action);
   multipack::bench::convert_command_options convert_options;
   multipack::bench::add_convert_command(app, convert_options, action);
+  // A mistyped command: CLI11 alone says "A subcommand is required", naming neither.
+  if (argc > 1 && argv[1][0] != '-') {
+    std::string known;
+    bool found = false;
+    for (const CLI::App* command : app.get_subcommands([](const CLI::App*) { return true; })) {
+      found = found || command->get_name() == argv[1];
+      known += (known.empty() ? "" : ", ") + command->get_name();
+    }
+    if (!found) {
+      fmt::print(stderr, "multipack-bench: error: unknown command '{}' (the commands: {})\n", argv[1], known);
+      return 2;
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

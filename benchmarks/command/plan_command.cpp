@@ -44,7 +44,7 @@ void write_plan(const std::string& path, const epoch_plan& plan, std::uint64_t s
 int run_plan_command(const plan_command_options& o) {
   const schedule_options options = to_schedule_options(o.schedule, o.packing.seed, o.consumed_rows);
   validate(options);
-  if (!o.dump_plan.empty()) check_output_directory(o.dump_plan, "--dump-plan");
+  if (!o.dump_plan.empty()) check_output_path(o.dump_plan, "--dump-plan");
   pack_options packing_options = to_pack_options(o.packing);
   packing_options.epoch = options.epoch;  // the seed is --seed, the epoch --epoch: one pair for both
   validate(packing_options);
@@ -128,7 +128,7 @@ int run_plan_command(const plan_command_options& o) {
     out["balance_worst"] = r.balance_worst;
     out["balance_mean_unbalanced"] = r.balance_mean_unbalanced;
     out["balance_worst_unbalanced"] = r.balance_worst_unbalanced;
-    fmt::print("{}\n", out.dump());
+    print_json(out);
     return 0;
   }
   fmt::print("multipack-bench plan: {}\n", o.packing.source.describe());

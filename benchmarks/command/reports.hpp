@@ -11,6 +11,12 @@
 
 namespace multipack::bench {
 
+/// Prints a --json report, one line. A path need not be UTF-8 (a Latin-1 file name): its
+/// invalid bytes print as U+FFFD, where nlohmann's default throws, failing a finished run.
+inline void print_json(const nlohmann::ordered_json& report) {
+  fmt::print("{}\n", report.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace));
+}
+
 /// A packing's report and the options it was made with, as `pack --json` and `plan --json` give.
 inline nlohmann::ordered_json report_json(const pack_report& report, const pack_options& options) {
   return {

@@ -144,6 +144,15 @@ expect_success --input "$work/both.jsonl" --output "$work/both_labels" --labels-
 expect_success --input "$work/both.jsonl" --output "$work/both_prompts" --prompt-field prompt_length
 [[ -e $work/both_prompts.prompt_lengths && ! -e $work/both_prompts.loss_mask.idx ]] || fail "--prompt-field: no prompt lengths"
 expect_error "give one kind of loss mask" --input "$work/both.jsonl" --output "$work/both_neither"
+# --output DIR/ names no file: it wrote the hidden DIR/.bin and DIR/.idx, which no reader
+# opens; a prefix in a missing directory is named as such. An existing directory's name is a
+# prefix like any other (DIR.bin beside it).
+mkdir -p "$work/outdir"
+expect_error "--output $work/outdir/: names a directory, not a file prefix" --input "$work/both.jsonl" --output "$work/outdir/" --labels-field labels
+[[ -z $(ls -A "$work/outdir") ]] || fail "--output DIR/: wrote $(ls -A "$work/outdir")"
+expect_error "--output $work/nodir/x: the directory $work/nodir does not exist" --input "$work/both.jsonl" --output "$work/nodir/x" --labels-field labels
+expect_success --input "$work/both.jsonl" --output "$work/outdir" --labels-field labels
+[[ -f $work/outdir.bin && -f $work/outdir.idx ]] || fail "--output DIR (no slash): not DIR.bin and DIR.idx"
 ok "both kinds of mask on a line: the one named by its flag"
 # Lone UTF-16 surrogate escapes in a field convert does not read (Python's json.dumps writes
 # them for a str cut inside an emoji): converted; a pair, and an escaped backslash before a
@@ -272,6 +281,40 @@ expect_success --input "$work/newline.jsonl" --output "$work/again" --json
 "$python" "$work/check.py" removed "$work/out" "$work/again.prompt_lengths" || fail "no mask after prompt lengths"
 [[ ! -e $work/again.prompt_lengths ]] || fail "no mask: the prompt lengths were left"
 ok "a conversion with another kind of mask, or none, removes the earlier companion and names it"
+
+# Stopped by a signal part way (Ctrl-C, a job's time limit): the temporaries go, the status is
+# the signal's, and no output appears. The input is a pipe that stalls after its first lines.
+mkfifo "$work/stalling.jsonl"
+{ head -n 100 "$work/prompt.jsonl"; exec sleep 60; } >"$work/stalling.jsonl" &
+feeder=$!  # the sleep, after exec: killed, it closes the pipe
+"$bench" convert --input "$work/stalling.jsonl" --output "$work/stopped" >"$work/out" 2>"$work/err" &
+converting=$!
+for ((i = 0; i < 200; i++)); do [[ -e $work/stopped.bin.tmp ]] && break; sleep 0.05; done
+[[ -e $work/stopped.bin.tmp ]] || fail "convert from a pipe: no temporary after 10 s"
+kill -TERM "$converting"  # noted while it waits for the next line ...
+sleep 0.2
+kill "$feeder"             # ... which never comes: the input ends
+wait "$feeder" 2>/dev/null || true
+rc=0
+wait "$converting" || rc=$?
+[[ $rc -eq 143 ]] || fail "convert stopped by SIGTERM: status $rc (expected 143): $(cat "$work/err")"
+left=$(find "$work" -maxdepth 1 -name 'stopped*' | head -3)
+[[ -z $left ]] || fail "convert stopped by SIGTERM left $left"
+ok "convert stopped by a signal: its status, no temporary, no output"
+
+# A file name that is not UTF-8 (Latin-1 "é"): --json still prints one JSON object, the
+# byte replaced, and the command succeeds (it threw at the report, after writing the files).
+latin=$work/caf$'\xe9'
+cp "$work/both.jsonl" "$latin.jsonl"
+expect_success --input "$latin.jsonl" --output "$latin" --labels-field labels --json
+"$python" - "$work/out" <<'PY' || fail "--json with a Latin-1 file name: not one JSON object naming the output"
+import json, sys
+report = json.loads(open(sys.argv[1], 'rb').read().decode('utf-8'))
+assert report['output'].endswith('caf\ufffd'), report['output']
+assert report['outputs'][1] == report['output'] + '.idx', report
+PY
+[[ -f $latin.idx && -f $latin.loss_mask.bin ]] || fail "--json with a Latin-1 file name: no output"
+ok "--json with a file name that is not UTF-8: the report, the byte replaced"
 
 rm -rf "$work"
 echo "all convert command checks passed"

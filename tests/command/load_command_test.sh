@@ -500,9 +500,17 @@ plan, load = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
 if load["batches"] != plan["steps"]:
     sys.exit("--repeat-data %s: %d batches, the plan of the repeated lengths has %d steps"
              % (sys.argv[3], load["batches"], plan["steps"]))
+if load["repeat_data"] != int(sys.argv[3]):
+    sys.exit("--repeat-data %s: the report says %r" % (sys.argv[3], load["repeat_data"]))
 ' "$work/plan.json" "$work/out" "$copies" || fail "--repeat-data $copies"
 done
-ok "--repeat-data 1, 2, 3: as many batches as the plan of the lengths repeated has steps"
+ok "--repeat-data 1, 2, 3: as many batches as the plan of the lengths repeated has steps, and the report says N"
+# Past 2^32 - 2 samples: refused at once. 5,000 x 3689348814741911 wrapped past 2^64 to 3,384
+# samples, and 10^9 copies ran out of memory sizing the lengths.
+samples=$(wc -l <"$lengths_txt")
+expect_error "past 2^32 - 2 samples" --repeat-data $(( (4294967294 / samples) + 1 ))
+expect_error "past 2^32 - 2 samples" --repeat-data 3689348814741911
+ok "--repeat-data past 2^32 - 2 samples: a one-line error, before anything is sized by it"
 
 # ---------------------------------------------------------------------------------------------
 # 5. Bad input: one-line errors (expect_error, in harness.sh).
@@ -533,6 +541,8 @@ expect_error "--depth" --depth 1000000000
 # The most buffers the loader takes, of 256 rows of 65,536 tokens (about 18 TB in all), more
 # memory than any machine has: refused before the pool is filled.
 expect_error "--depth 65536" --depth 65536 --capacity 65536 --micro-batch 256
+# A memcpy floor of two 1 TiB buffers: refused before the run, not at its end with std::bad_alloc.
+expect_error "--memcpy-buffer-mib 1048576 (--threads 1): the memcpy floor's two buffers need" --memcpy-buffer-mib 1048576
 expect_error "$work/a-file/batches" --dump-batches "$work/a-file/batches"
 expect_error "--dump-batches" --device --dump-batches "$work/batches"
 expect_error "--batches-in-flight" --device --batches-in-flight 0

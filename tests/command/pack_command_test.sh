@@ -229,6 +229,9 @@ expect_error "bogus" --overlong bogus
 expect_error "'-1'" --seed -1
 expect_error "'0x100'" --lengths "$lengths_txt" --capacity 0x100
 expect_error "the directory $work/missing does not exist" --dump-rows "$work/missing/rows.txt"
+# A directory is refused before the packing, not at the dump after it.
+expect_error "--dump-rows $work: a directory; give a file name" --dump-rows "$work"
+expect_error "--dump-rows $work/: names a directory, not a file" --dump-rows "$work/"
 # A path given empty is refused: --lengths "" packed the default data, --dump-rows "" wrote nothing.
 expect_error "--lengths: expected a path, got an empty value" --lengths ""
 expect_error "--dump-rows: expected a path, got an empty value" --dump-rows ""
@@ -240,9 +243,17 @@ expect_success --lengths "$lengths_txt" --capacity 02048 --seed 010 --max-per-ro
   "$work/out" || fail "--capacity 02048 --seed 010: not read as decimal"
 ok "--capacity 02048 --seed 010 --max-per-row 08: decimal 2048, 10 and 8"
 expect_error "'99999999999999999999'" --resample 99999999999999999999
+# Past what a packing takes: refused before 4 bytes a sample are allocated and drawn.
+expect_error "--resample 4294967295: at most 2^32 - 2 samples" --lengths "$lengths_txt" --resample 4294967295
+expect_error "--resample 18446744073709551615: at most 2^32 - 2" --lengths "$lengths_txt" --resample 18446744073709551615
 # --resample-seed alone would have no effect: refused.
 expect_error "--resample-seed requires --resample" --lengths "$lengths_txt" --resample-seed 3
 expect_error "--no-such-flag" --no-such-flag
+# A mistyped command is named, with the commands there are (CLI11 alone: "A subcommand is required").
+rc=0
+"$bench" pakc --capacity 5 >"$work/out" 2>"$work/err" || rc=$?
+[[ $rc -eq 2 && ! -s $work/out ]] && grep -qF "unknown command 'pakc' (the commands: pack, plan, load, convert)" "$work/err" ||
+  fail "a mistyped command: status $rc, $(cat "$work/err")"
 expect_error "$work/missing" --data "$work/missing"
 expect_error "$work/truncated.idx" --data "$work/truncated"
 expect_error "sample 3 " --lengths "$work/overlong.txt" --capacity 4096 --overlong error

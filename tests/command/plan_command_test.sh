@@ -442,6 +442,7 @@ expect_error "micro_batch" --world-size 1 --micro-batch 0
 expect_error "--world-size" --micro-batch 1
 expect_error "--micro-batch" --world-size 1
 expect_error "the directory $work/missing does not exist" --world-size 1 --micro-batch 1 --dump-plan "$work/missing/plan.txt"
+expect_error "--dump-plan $work: a directory; give a file name" --world-size 1 --micro-batch 1 --dump-plan "$work"
 expect_error "--dump-plan: expected a path, got an empty value" --world-size 1 --micro-batch 1 --dump-plan ""
 expect_error "bogus" --world-size 1 --micro-batch 1 --remainder bogus
 expect_error "--start-step $steps_3x16" --world-size 3 --micro-batch 16 --start-step "$steps_3x16"
