@@ -95,16 +95,15 @@ void add_load_command(CLI::App& app, load_command_options& o, std::function<int(
   command->add_flag("--train-on-inputs", o.train_on_inputs, "prompt tokens carry loss too");
   add_schedule_flags(*command, o.schedule, schedule_flags_form::defaulted);
   command->add_option("--rank", o.rank, "the rank whose batches are loaded")->capture_default_str()
-      ->transform(non_negative_integer);
+      ->transform(non_negative_integer_of<std::uint32_t>());
   command->add_option("--epochs", o.epochs, "epochs to load, one after the other")->capture_default_str()
       ->transform(positive_integer);
   command->add_option("--max-steps", o.max_steps, "stop after N batches in all")->transform(positive_integer);
   command->add_option("--threads", o.threads, "worker threads building batches")->capture_default_str()
-      ->transform(positive_integer);
+      ->transform(integer_in(1, 1024));
   command->add_option("--depth", o.depth, "buffers: batches built ahead of the trainer (at most 65536)")
       ->capture_default_str()
-      ->check(CLI::Range(std::size_t{1}, std::size_t{65536}))
-      ->transform(non_negative_integer);
+      ->transform(integer_in(1, 65536));
   command->add_option("--step-ms", o.step_ms, "milliseconds the simulated trainer spends a step; 0: none")
       ->capture_default_str()
       ->check(step_milliseconds);
@@ -112,12 +111,11 @@ void add_load_command(CLI::App& app, load_command_options& o, std::function<int(
                       "0: rows of the capacity; N: the batch's longest row rounded up to a multiple of N, "
                       "at most the capacity")
       ->capture_default_str()
-      ->transform(non_negative_integer);
+      ->transform(non_negative_integer_of<std::uint32_t>());
   command->add_option("--memcpy-buffer-mib", o.memcpy_buffer_mib,
                       "MiB of each of the memcpy floor's two buffers; 0: twice the last-level cache, within [64, 256]")
       ->capture_default_str()
-      ->transform(non_negative_integer)
-      ->check(CLI::Range(std::uint64_t{0}, std::uint64_t{1} << 20));
+      ->transform(integer_in(0, std::uint64_t{1} << 20));
   command->add_flag("--int64", o.int64, "int64 token arrays (default int32)");
   command->add_flag("--json", o.json, "print one JSON object on standard output");
   auto* dump = command->add_option("--dump-batches", o.dump_batches,
@@ -141,8 +139,7 @@ void add_load_command(CLI::App& app, load_command_options& o, std::function<int(
                     "is a kernel on the trainer's stream");
   command->add_option("--batches-in-flight", o.batches_in_flight, "with --device: device buffers")
       ->capture_default_str()
-      ->transform(positive_integer)
-      ->check(CLI::Range(std::size_t{1}, std::size_t{1024}))
+      ->transform(integer_in(1, 1024))
       ->needs(device);
   command->callback([&o, &action, refused] {
     for (const CLI::Option* option : refused)
@@ -156,8 +153,6 @@ void add_load_command(CLI::App& app, load_command_options& o, std::function<int(
                                                        "ranks are 0 to {}",
                                                        o.rank, o.schedule.world_size, o.schedule.world_size == 1 ? "" : "s",
                                                        o.schedule.world_size, o.schedule.world_size - 1));
-    if (o.threads > 1024)
-      throw CLI::ValidationError("--threads", fmt::format("{} threads; at most 1024 are supported", o.threads));
     if (o.device && !o.dump_batches.empty())
       throw CLI::ValidationError("--dump-batches", "the batches of --device are in device memory; dump without --device");
     if (o.device && o.pipeline != "plan")

@@ -5,6 +5,7 @@
 
 #include <charconv>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <system_error>
 #include <vector>
@@ -22,31 +23,37 @@ namespace multipack::bench {
 // decimal text it accepts without leading zeros, since CLI11 converts integers with strtoull's
 // base 0, which reads "010" as octal 8 and "0x10" as 16.
 
-/// Accepts digits only, up to 2^64 - 1: CLI11 would otherwise read "-1" into an unsigned
-/// 64-bit option as 2^64 - 1 and saturate larger numbers, and its NonNegativeNumber message
-/// prints the range of a double. A narrower option's range is CLI11's own check after it.
-inline const CLI::Validator non_negative_integer(
-    [](std::string& text) -> std::string {
-      std::uint64_t value = 0;
-      const char* end = text.data() + text.size();
-      const auto parsed = std::from_chars(text.data(), end, value);
-      if (text.empty() || text.find_first_not_of("0123456789") != std::string::npos || parsed.ptr != end ||
-          parsed.ec != std::errc{})
-        return "expected an integer from 0 to 18446744073709551615, got '" + text + "'";
-      text = std::to_string(value);
-      return {};
-    },
-    "UINT");
+/// Accepts digits only, from `least` to `most`: CLI11 would otherwise read "-1" into an
+/// unsigned option as its largest value and saturate larger numbers (or say only "Could not
+/// convert" past a narrower type's range), and its NonNegativeNumber message prints the range
+/// of a double. Each option gives its own range, so that the message states it.
+inline CLI::Validator integer_in(std::uint64_t least, std::uint64_t most) {
+  const std::string range = fmt::format("{} to {}", least, most);
+  return CLI::Validator(
+      [least, most, range](std::string& text) -> std::string {
+        std::uint64_t value = 0;
+        const char* end = text.data() + text.size();
+        const auto parsed = std::from_chars(text.data(), end, value);
+        if (text.empty() || text.find_first_not_of("0123456789") != std::string::npos || parsed.ptr != end ||
+            parsed.ec != std::errc{} || value < least || value > most)
+          return "expected an integer from " + range + ", got '" + text + "'";
+        text = std::to_string(value);
+        return {};
+      },
+      fmt::format("[{}, {}]", least, most));
+}
 
-/// Accepts digits only, from 1 to 2^64 - 1.
-inline const CLI::Validator positive_integer(
-    [](std::string& text) -> std::string {
-      const std::string given = text;
-      if (!non_negative_integer(text).empty() || text == "0")
-        return "expected an integer from 1 to 18446744073709551615, got '" + given + "'";
-      return {};
-    },
-    "UINT>0");
+/// Digits only, from 0 (or 1) to the largest value of the option's type T.
+template <class T>
+[[nodiscard]] CLI::Validator non_negative_integer_of() {
+  return integer_in(0, std::numeric_limits<T>::max());
+}
+template <class T>
+[[nodiscard]] CLI::Validator positive_integer_of() {
+  return integer_in(1, std::numeric_limits<T>::max());
+}
+inline const CLI::Validator non_negative_integer = non_negative_integer_of<std::uint64_t>();
+inline const CLI::Validator positive_integer = positive_integer_of<std::uint64_t>();
 
 /// Refuses an empty value: a path given as "" (an unset shell variable) read as not given, and
 /// the run went on without it: no loss mask, the default data, no dump.
@@ -148,7 +155,7 @@ inline void add_input_flags(CLI::App& command, input_flags& o) {
 /// The input flags, then --capacity, --algorithm, --overlong, --max-per-row, --seed, --pack-threads.
 inline void add_packing_flags(CLI::App& command, packing_flags& o) {
   add_input_flags(command, o.source);
-  command.add_option("--capacity", o.capacity, "tokens per row")->capture_default_str()->transform(non_negative_integer);
+  command.add_option("--capacity", o.capacity, "tokens per row")->capture_default_str()->transform(positive_integer_of<std::uint32_t>());
   command.add_option("--algorithm", o.algorithm,
                      "exact-fit | best-fit-decreasing | first-fit-decreasing | next-fit | randomized-exact-fit")
       ->capture_default_str();
@@ -156,13 +163,13 @@ inline void add_packing_flags(CLI::App& command, packing_flags& o) {
       ->capture_default_str();
   command.add_option("--max-per-row", o.max_per_row, "most samples (pieces) in a row; 0 = unlimited")
       ->capture_default_str()
-      ->transform(non_negative_integer);
+      ->transform(non_negative_integer_of<std::uint32_t>());
   command.add_option("--seed", o.seed, "seed of the randomized algorithm (pack); of every epoch's packing and order (plan)")
       ->capture_default_str()
       ->transform(non_negative_integer);
   command.add_option("--pack-threads", o.threads, "threads for packing's passes over the samples (the same rows for any)")
       ->capture_default_str()
-      ->transform(non_negative_integer);
+      ->transform(positive_integer_of<std::uint32_t>());
 }
 
 /// How the schedule flags are given: `plan` requires the world and the micro-batch (and leaves
@@ -174,11 +181,11 @@ inline void add_schedule_flags(CLI::App& command, schedule_flags& o, schedule_fl
   auto* world = command.add_option("--world-size", o.world_size, "ranks (data-parallel processes)");
   auto* micro = command.add_option("--micro-batch", o.micro_batch, "rows each rank takes a step (a batch)");
   if (form == schedule_flags_form::required) {
-    world->required()->transform(non_negative_integer);
-    micro->required()->transform(non_negative_integer);
+    world->required()->transform(non_negative_integer_of<std::uint32_t>());
+    micro->required()->transform(non_negative_integer_of<std::uint32_t>());
   } else {
-    world->capture_default_str()->transform(positive_integer);
-    micro->capture_default_str()->transform(positive_integer);
+    world->capture_default_str()->transform(positive_integer_of<std::uint32_t>());
+    micro->capture_default_str()->transform(positive_integer_of<std::uint32_t>());
   }
   command.add_option("--epoch", o.epoch, "epoch number (load: the first): with --seed, fixes the packing and the order")
       ->capture_default_str()

@@ -177,14 +177,14 @@ void add_pack_command(CLI::App& app, pack_command_options& o, std::function<int(
   add_packing_flags(*command, o.packing);
   command->add_option("--repeat", o.repeat, "pack R times; report the fastest and the first")
       ->capture_default_str()
-      ->transform(positive_integer);
+      ->transform(positive_integer_of<unsigned>());
   command->add_option("--idle-before", o.idle_before,
                       "wait SECONDS before the first packing, before packing into its memory and before timing the first "
                       "touch of fresh memory, "
                       "so that memory freed before goes back to the system (a virtual machine's host), as a "
                       "trainer's previous epoch's has")
       ->capture_default_str()
-      ->transform(non_negative_integer);
+      ->transform(non_negative_integer_of<unsigned>());
   command->add_flag("--json", o.json, "print one JSON object on standard output");
   command->add_option("--dump-rows", o.dump_rows, "write the rows to FILE, one line a row")->check(non_empty_path);
   command->callback([&] { action = [&] { return run_pack_command(o); }; });

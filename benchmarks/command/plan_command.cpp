@@ -168,7 +168,7 @@ void add_plan_command(CLI::App& app, plan_command_options& o, std::function<int(
       ->transform(non_negative_integer);
   command->add_option("--repeat", o.repeat, "schedule R times; report the fastest")
       ->capture_default_str()
-      ->transform(positive_integer);
+      ->transform(positive_integer_of<unsigned>());
   command->add_flag("--json", o.json, "print one JSON object on standard output");
   command->add_option("--dump-plan", o.dump_plan, "write the plan to FILE: `epoch step rank slot pieces...` a row")
       ->check(non_empty_path);

@@ -538,6 +538,8 @@ expect_error "bogus" --algorithm bogus
 expect_error "capacity" --capacity 0
 expect_error "--repeat-data" --repeat-data 0
 expect_error "--depth" --depth 1000000000
+expect_error "--depth: expected an integer from 1 to 65536, got '-1'" --depth -1
+expect_error "--threads: expected an integer from 1 to 1024, got '1025'" --threads 1025
 # The most buffers the loader takes, of 256 rows of 65,536 tokens (about 18 TB in all), more
 # memory than any machine has: refused before the pool is filled.
 expect_error "--depth 65536" --depth 65536 --capacity 65536 --micro-batch 256
