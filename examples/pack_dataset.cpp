@@ -27,9 +27,15 @@ int main(int argc, char** argv) try {
     std::printf("\n");
   }
   const multipack::pack_report& report = result.report;
-  std::printf("%llu samples in %llu rows of %u tokens (lower bound %llu), %.3f%% full\n",
-              static_cast<unsigned long long>(report.samples), static_cast<unsigned long long>(report.rows),
-              report.capacity, static_cast<unsigned long long>(report.lower_bound), 100 * report.efficiency());
+  // Samples longer than a row are dropped by default (pack_options::overlong): said, not hidden.
+  std::printf("%llu samples, %llu of them in %llu rows of %u tokens (lower bound %llu), %.3f%% full; %llu dropped, "
+              "%llu truncated, %llu split (longer than a row)\n",
+              static_cast<unsigned long long>(report.samples), static_cast<unsigned long long>(report.packed_samples),
+              static_cast<unsigned long long>(report.rows), report.capacity,
+              static_cast<unsigned long long>(report.lower_bound), 100 * report.efficiency(),
+              static_cast<unsigned long long>(report.dropped_samples),
+              static_cast<unsigned long long>(report.truncated_samples),
+              static_cast<unsigned long long>(report.split_samples));
   return report.rows >= report.lower_bound && report.samples == dataset.size() ? 0 : 1;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "pack_dataset: %s\n", e.what());

@@ -5,7 +5,7 @@
 //   torch_trainer [PREFIX] [--steps N] [--checkpoint DIR] [--stop-after K] [--threads T]
 //
 // With no arguments, from the project root: data/alpaca/alpaca_llama with its prompt lengths
-// (prompts carry no loss), 30 steps of 2 rows of 512 tokens. Each epoch is packed by
+// (prompts carry no loss; any PREFIX with the mask found beside it, loss_mask_beside.hpp), 30 steps of 2 rows of 512 tokens. Each epoch is packed by
 // randomized-exact-fit for (seed, epoch) and scheduled for this rank (the launcher's
 // environment, or rank 0 of 1); the batches come as int64 tensors over the loader's own
 // buffers. Attention is confined to each piece (sequence_ids), positions restart at every
@@ -14,10 +14,13 @@
 // With several ranks, the gradient all-reduce is the trainer's (torch.distributed's); this
 // example shows the data side on each rank.
 //
-// --checkpoint DIR keeps model.pt, optimizer.pt and position.txt ("epoch step") there every 10
-// steps and at the end, and resumes from them; --stop-after K stops after K steps, as a
-// preempted job would. A run stopped and resumed prints the same losses as one that never
-// stopped (the test examples.torch_trainer checks it).
+// --checkpoint DIR keeps model.pt, optimizer.pt and position.txt ("epoch step trained world")
+// there every 10 steps and at the end, and resumes from them (rank 0 writes them: every rank
+// is at the same step, and under data parallelism holds the same model); --stop-after K stops
+// after K steps, as a preempted job would. A run stopped and resumed prints the same losses as
+// one that never stopped (the test examples.torch_trainer checks it). A step is a step of one
+// world size's plan: a resume with another world size is refused (see the README's
+// schedule_options::consumed_rows for carrying a position across world sizes).
 
 #include <chrono>
 #include <cstdint>
@@ -33,6 +36,8 @@
 #include <malloc.h>
 
 #include "torch_model.hpp"  // first: libtorch
+
+#include "loss_mask_beside.hpp"
 
 #include "multipack/multipack.hpp"
 #include "multipack/torch/views.hpp"
@@ -53,6 +58,7 @@ struct position {
   std::uint64_t epoch = 0;
   std::uint64_t step = 0;     ///< the next step of the epoch's plan to train on
   std::uint64_t trained = 0;  ///< steps trained on, over the epochs
+  std::uint32_t world = 1;    ///< the world size whose plan `step` is a step of
 };
 
 struct checkpoint {
@@ -63,7 +69,8 @@ struct checkpoint {
   position load(example::causal_lm& model, torch::optim::Adam& optimizer) const {
     position p;
     std::ifstream in(dir / "position.txt");
-    if (!(in >> p.epoch >> p.step >> p.trained)) throw multipack::format_error((dir / "position.txt").string() + ": not a position");
+    if (!(in >> p.epoch >> p.step >> p.trained >> p.world))
+      throw multipack::format_error((dir / "position.txt").string() + ": not a position");
     torch::load(model, (dir / "model.pt").string());
     torch::load(optimizer, (dir / "optimizer.pt").string());
     return p;
@@ -73,7 +80,10 @@ struct checkpoint {
     std::filesystem::create_directories(dir);
     torch::save(model, (dir / "model.pt.tmp").string());
     torch::save(optimizer, (dir / "optimizer.pt.tmp").string());
-    std::ofstream(dir / "position.txt.tmp") << p.epoch << ' ' << p.step << ' ' << p.trained << '\n';
+    std::ofstream out(dir / "position.txt.tmp");
+    out << p.epoch << ' ' << p.step << ' ' << p.trained << ' ' << p.world << '\n';
+    out.close();
+    if (!out) throw multipack::io_error((dir / "position.txt.tmp").string() + ": cannot write");  // a full disk
     // The position last: a crash between the renames resumes from the older position with
     // newer weights at worst, never from a half-written file.
     for (const char* name : {"model.pt", "optimizer.pt", "position.txt"})
@@ -106,13 +116,16 @@ int main(int argc, char** argv) try {
   const auto env = multipack::distributed_env::from_environment();
   const multipack::indexed_dataset dataset(prefix);
   multipack::batch_options batch;
-  const std::filesystem::path prompts = std::filesystem::path(prefix).parent_path() / "prompt_lengths.txt";
-  if (std::filesystem::exists(prompts)) batch.mask = multipack::loss_mask::open_prompt_lengths(prompts);
+  batch.mask = example::loss_mask_beside(prefix);
 
   torch::manual_seed(0);
   example::causal_lm model(example::causal_lm_options{.width = 64, .layers = 2, .heads = 4, .max_positions = capacity});
   torch::optim::Adam optimizer(model->parameters(), torch::optim::AdamOptions(3e-3));
-  position at = saved.exists() ? saved.load(model, optimizer) : position{};
+  position at = saved.exists() ? saved.load(model, optimizer) : position{.world = env.world_size};
+  if (at.world != env.world_size)
+    throw multipack::option_error(saved.dir.string() + ": saved at a step of " + std::to_string(at.world) +
+                                  " ranks' plan; this run has " + std::to_string(env.world_size));
+  const bool saves = !saved.dir.empty() && env.rank == 0;  // one writer: every rank is at the same step
   std::printf("rank %u of %u (%s), from epoch %llu step %llu, %llu steps in all\n", env.rank, env.world_size,
               env.launcher.c_str(), static_cast<unsigned long long>(at.epoch), static_cast<unsigned long long>(at.step),
               static_cast<unsigned long long>(total_steps));
@@ -128,6 +141,9 @@ int main(int argc, char** argv) try {
     auto steps = dataset | multipack::views::pack(packing) |
                  multipack::views::shard({.world_size = env.world_size, .micro_batch = micro_batch, .seed = seed,
                                           .epoch = at.epoch}, env.rank);
+    if (at.step > steps.size())  // another dataset than the checkpoint's
+      throw multipack::option_error("the checkpoint's step " + std::to_string(at.step) + " is past the end of epoch " +
+                                    std::to_string(at.epoch) + " (" + std::to_string(steps.size()) + " steps)");
     const std::uint64_t left = std::min<std::uint64_t>(steps.size() - at.step, total_steps - at.trained);
     // Resume at the checkpoint's step in O(1): drop the steps done, take what is left to do.
     auto batches = steps | std::views::drop(at.step) | std::views::take(left) |
@@ -148,9 +164,9 @@ int main(int argc, char** argv) try {
       std::printf("epoch %llu step %llu: loss %.6f over %lld tokens\n", static_cast<unsigned long long>(at.epoch),
                   static_cast<unsigned long long>(b.step), loss.sum.item<double>() / static_cast<double>(loss.tokens),
                   static_cast<long long>(loss.tokens));
-      if (!saved.dir.empty() && at.trained % 10 == 0) saved.save(at, model, optimizer);
+      if (saves && at.trained % 10 == 0) saved.save(at, model, optimizer);
       if (stop_after != 0 && trained_now == stop_after) {
-        if (!saved.dir.empty()) saved.save(at, model, optimizer);
+        if (saves) saved.save(at, model, optimizer);
         std::printf("stopped after %llu steps at epoch %llu step %llu\n", static_cast<unsigned long long>(trained_now),
                     static_cast<unsigned long long>(at.epoch), static_cast<unsigned long long>(at.step));
         return 0;
@@ -163,7 +179,7 @@ int main(int argc, char** argv) try {
       at.step = 0;
     }
   }
-  if (!saved.dir.empty()) saved.save(at, model, optimizer);
+  if (saves) saved.save(at, model, optimizer);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   const double tokens = static_cast<double>(step_tokens);
   std::printf("trained %llu steps in %.1f s: the training step %.3g tokens/s; the loader %.3g tokens/s with %u threads "

@@ -5,11 +5,12 @@
 //   trainer_loop [PREFIX] [--checkpoint FILE] [--epochs N] [--stop-after K]
 //
 // With no arguments, run from the project root: data/alpaca/alpaca_llama with its prompt
-// lengths (prompts carry no loss), as the environment says (torchrun, Open MPI, Slurm), or
-// as rank 0 of 1. --checkpoint FILE keeps "epoch step digest" there every few steps and
-// resumes from it; --stop-after K stops after K steps, as a preempted job would. The digest
-// (over every batch trained on) shows that a run stopped and resumed saw the same batches
-// as one that never stopped.
+// lengths (prompts carry no loss; any PREFIX with the mask found beside it,
+// loss_mask_beside.hpp), as the environment says (torchrun, Open MPI, Slurm), or as rank 0
+// of 1. --checkpoint FILE keeps "epoch step digest" there every few steps (FILE.rankR for
+// rank R of several) and resumes from it; --stop-after K stops after K steps, as a preempted
+// job would. The digest (over every batch trained on) shows that a run stopped and resumed
+// saw the same batches as one that never stopped.
 
 #include <cstdint>
 #include <cstdio>
@@ -21,6 +22,8 @@
 #include <vector>
 
 #include "multipack/multipack.hpp"
+
+#include "loss_mask_beside.hpp"
 
 namespace {
 
@@ -39,7 +42,10 @@ position load(const std::string& path) {
 
 void save(const std::string& path, const position& p) {
   const std::string temporary = path + ".tmp";
-  std::ofstream(temporary) << p.epoch << ' ' << p.step << ' ' << p.digest << '\n';
+  std::ofstream out(temporary);
+  out << p.epoch << ' ' << p.step << ' ' << p.digest << '\n';
+  out.close();
+  if (!out) throw multipack::io_error(temporary + ": cannot write");  // a full disk: keep the last checkpoint
   std::filesystem::rename(temporary, path);  // atomic: a crash never leaves half a checkpoint
 }
 
@@ -76,8 +82,10 @@ int main(int argc, char** argv) try {
   std::vector<std::uint32_t> lengths(dataset->size());
   for (std::size_t i = 0; i < lengths.size(); ++i) lengths[i] = static_cast<std::uint32_t>(dataset->length(i));
   multipack::batch_options batch;
-  const std::filesystem::path prompts = std::filesystem::path(prefix).parent_path() / "prompt_lengths.txt";
-  if (std::filesystem::exists(prompts)) batch.mask = multipack::loss_mask::open_prompt_lengths(prompts);
+  batch.mask = example::loss_mask_beside(prefix);
+  // Each rank's own file under a launcher: the digest is of the rank's batches, and ranks
+  // writing one file raced at its rename.
+  if (!checkpoint.empty() && env.world_size > 1) checkpoint += ".rank" + std::to_string(env.rank);
 
   position at = checkpoint.empty() ? position{} : load(checkpoint);
   std::printf("rank %u of %u (%s), from epoch %llu step %llu\n", env.rank, env.world_size, env.launcher.c_str(),

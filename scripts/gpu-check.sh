@@ -29,7 +29,7 @@ if [[ -d .gpu-deps/root ]]; then
   root=$PWD/.gpu-deps/root
   # The include directory as a compiler flag too: doctest's copied config names /usr/include.
   configure+=("-DCMAKE_PREFIX_PATH=$root/usr" "-DCMAKE_INCLUDE_PATH=$root/usr/include"
-              "-DCMAKE_CXX_FLAGS=-isystem $root/usr/include")
+              "-DCMAKE_CXX_FLAGS=-isystem \"$root/usr/include\"")  # quoted inside: a path with a space
   export LD_LIBRARY_PATH="$root/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   log "dependencies from .gpu-deps"
 elif ! scripts/install-deps; then

@@ -28,6 +28,7 @@ hands over finished batches (input_ids, labels, position_ids, cu_seqlens) built 
 import argparse
 import ctypes
 import math
+import os
 import time
 
 import torch
@@ -102,20 +103,27 @@ def shifted_loss(logits, labels):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("prefix", nargs="?", default="data/alpaca/alpaca_llama")
-    parser.add_argument("--prompt-lengths", default="data/alpaca/prompt_lengths.txt")
+    parser.add_argument("--prompt-lengths", default=None,
+                        help="prompt lengths (no loss); by default PREFIX.prompt_lengths, or the prompt_lengths.txt "
+                             "beside PREFIX, where there is one; '' for none")
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--capacity", type=int, default=512)
     parser.add_argument("--micro-batch", type=int, default=2)
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
 
+    prompt_lengths = args.prompt_lengths
+    if prompt_lengths is None:  # the mask found beside the dataset, as the C++ examples take it
+        found = [p for p in (args.prefix + ".prompt_lengths",
+                             os.path.join(os.path.dirname(args.prefix), "prompt_lengths.txt")) if os.path.exists(p)]
+        prompt_lengths = found[0] if found else None
     keep_freed_memory()
     torch.manual_seed(0)
     model = CausalLM(max_positions=args.capacity)
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
     # int64 tokens: what torch.nn.Embedding takes, with no conversion; tensors over the pool.
     loader = multipack.Loader(args.prefix, capacity=args.capacity, micro_batch=args.micro_batch,
-                              prompt_lengths=args.prompt_lengths, dtype="int64", threads=args.threads,
+                              prompt_lengths=prompt_lengths or None, dtype="int64", threads=args.threads,
                               as_torch=True)
     print(f"rank {loader.rank} of {loader.world_size}: {len(loader)} steps an epoch, training {args.steps}")
     step = 0
@@ -143,11 +151,14 @@ def main():
                 break
         epoch += 1
     # One C++ loader ran every epoch (set_epoch(e + 1) continues it): its figures cover them all.
-    busy_seconds = loader.statistics()["producer_busy_seconds"]
+    statistics = loader.statistics()
+    busy_seconds = statistics["producer_busy_seconds"]
     seconds = time.perf_counter() - start
+    # The loop's own waits in next(), as the loader measured them (not all time outside the model).
+    waited = statistics["consumer_wait_seconds"]
     print(f"trained {step} steps in {seconds:.1f} s: the training step {tokens / model_seconds:.3g} tokens/s; the "
           f"loader {tokens / busy_seconds * args.threads:.3g} tokens/s with {args.threads} threads; the trainer "
-          f"waited for data {100 * (seconds - model_seconds) / seconds:.2f} % of the time")
+          f"waited for data {100 * waited / seconds:.2f} % of the time")
 
 
 if __name__ == "__main__":

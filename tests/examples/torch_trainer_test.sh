@@ -45,3 +45,12 @@ for stop in 1 $((resume_steps - 1)); do
   fi
   echo "ok - stopped after $stop steps and resumed: $(head -1 "$work/second.txt"); the same $resume_steps losses"
 done
+
+# The checkpoint is at a step of one world size's plan: another world size is refused, not
+# resumed at a step of another plan (nor, past that plan's end, looped over forever).
+rc=0
+env WORLD_SIZE=2 RANK=0 LOCAL_RANK=0 "$trainer" --steps "$resume_steps" --checkpoint "$work/checkpoint" \
+  >"$work/other_world.txt" 2>&1 || rc=$?
+[[ $rc -eq 1 ]] && grep -q "saved at a step of 1 ranks' plan; this run has 2" "$work/other_world.txt" ||
+  { echo "FAIL: a checkpoint of 1 rank resumed by 2: status $rc"; cat "$work/other_world.txt"; exit 1; }
+echo "ok - a checkpoint resumed with another world size: refused, naming both"

@@ -29,4 +29,23 @@ for stop in 1 7 $((steps - 1)) $((steps + 3)); do
     { echo "stopped after $stop of $total, the resumed run trained:"; cat "$work/second.txt"; exit 1; }
   echo "ok - stopped after $stop steps and resumed: $(head -1 "$work/second.txt"), digest $resumed"
 done
+# Under a launcher each rank keeps its own checkpoint (its digest is of its own batches; ranks
+# writing one file raced at its rename).
+rm -f "$work/ckpt" "$work/ckpt.rank1"
+env WORLD_SIZE=2 RANK=1 LOCAL_RANK=1 "$trainer" --checkpoint "$work/ckpt" --stop-after 3 >"$work/rank1.txt"
+[[ -f $work/ckpt.rank1 && ! -e $work/ckpt ]] || { echo "rank 1 of 2 did not write ckpt.rank1 alone:"; ls "$work"; exit 1; }
+echo "ok - rank 1 of 2 keeps its checkpoint in FILE.rank1"
+
+# Any PREFIX takes the mask beside it: PREFIX.prompt_lengths (what convert writes) as
+# data/alpaca's prompt_lengths.txt, the same tokens with loss; none, more.
+loss_tokens() { sed -n 's/.*batches (\([0-9]*\) tokens with loss).*/\1/p' "$1"; }
+cp data/alpaca/alpaca_llama.bin data/alpaca/alpaca_llama.idx "$work/"
+"$trainer" "$work/alpaca_llama" --epochs 1 >"$work/unmasked.txt"
+cp data/alpaca/prompt_lengths.txt "$work/alpaca_llama.prompt_lengths"
+"$trainer" "$work/alpaca_llama" --epochs 1 >"$work/masked.txt"
+"$trainer" --epochs 1 >"$work/default.txt"
+[[ -n $(loss_tokens "$work/masked.txt") && $(loss_tokens "$work/masked.txt") == $(loss_tokens "$work/default.txt") &&
+   $(loss_tokens "$work/unmasked.txt") -gt $(loss_tokens "$work/masked.txt") ]] ||
+  { echo "PREFIX.prompt_lengths not taken:"; cat "$work/unmasked.txt" "$work/masked.txt" "$work/default.txt"; exit 1; }
+echo "ok - PREFIX.prompt_lengths is the mask: $(loss_tokens "$work/masked.txt") tokens with loss, $(loss_tokens "$work/unmasked.txt") without"
 echo "trainer_loop resumes exactly ($steps steps an epoch)"
