@@ -18,7 +18,10 @@
 #include <pybind11/stl.h>
 #include <pybind11/stl/filesystem.h>
 
+#include <cxxabi.h>
+
 #include <condition_variable>
+#include <cstring>
 #include <cstdint>
 #include <deque>
 #include <filesystem>
@@ -49,10 +52,36 @@ namespace multipack::python {
 
 using shards_type = concatenated_dataset<indexed_dataset>;
 
+/// Calls f() without the GIL, and takes it back. Not py::gil_scoped_release: its destructor
+/// takes the GIL back, and a daemon thread doing so while the interpreter shuts down is ended
+/// by pthread_exit, whose unwinding out of that noexcept destructor aborted the process
+/// (std::terminate); here the unwinding passes through, as a pure-Python thread's does.
+template <class F>
+decltype(auto) without_gil(F&& f) {
+  PyThreadState* state = PyEval_SaveThread();
+  try {
+    if constexpr (std::is_void_v<std::invoke_result_t<F&>>) {
+      f();
+      PyEval_RestoreThread(state);
+    } else {
+      auto result = f();
+      PyEval_RestoreThread(state);
+      return result;
+    }
+  } catch (abi::__forced_unwind&) {  // the thread ended by PyEval_RestoreThread: it has the GIL
+    throw;
+  } catch (...) {
+    PyEval_RestoreThread(state);
+    throw;
+  }
+}
+
 /// Lengths given from Python (any integer numpy array or sequence of ints), as the packer
-/// takes them: a span over the caller's uint32 array when it is one (no copy), else the
+/// takes them: a copy of the caller's uint32 array when it is one (one memcpy), else the
 /// values checked and copied by pack()'s own range overload (negative or too long: a
-/// sample_error naming the sample).
+/// sample_error naming the sample). Never the caller's memory: the GIL is released while C++
+/// reads the lengths, and another thread writing the array meanwhile made the packer's two
+/// passes over it disagree (a write past a buffer).
 class lengths_argument {
  public:
   explicit lengths_argument(const py::handle& values, const char* what) {
@@ -77,8 +106,15 @@ class lengths_argument {
     if (kind != 'i' && kind != 'u')
       throw py::type_error(std::string(what) + ": lengths must be integers, got dtype " +
                            py::str(array.dtype()).cast<std::string>());
-    if (kind == 'u' && array.itemsize() == 4) values_ = array_of<std::uint32_t>::ensure(array);
-    else if (kind == 'u') values_ = array_of<std::uint64_t>::ensure(array);
+    if (kind == 'u' && array.itemsize() == 4) {
+      const array_of<std::uint32_t> given = array_of<std::uint32_t>::ensure(array);
+      array_of<std::uint32_t> copy(given.size());  // aligned, too: a view at an odd offset was read in place
+      if (given.size() != 0)
+        std::memcpy(copy.mutable_data(), given.data(), static_cast<std::size_t>(given.size()) * sizeof(std::uint32_t));
+      values_ = std::move(copy);
+    }
+    else if (kind == 'u')
+      values_ = array_of<std::uint64_t>::ensure(array);
     else values_ = array_of<std::int64_t>::ensure(array);
   }
 
@@ -429,25 +465,34 @@ class python_loader {
     epochs.first = epoch;
     epochs.count = std::max<std::uint64_t>(1, std::numeric_limits<std::uint64_t>::max() - epoch);
     epochs.start_step = a.start_step;
-    py::gil_scoped_release unlocked;
-    loader_ = std::make_shared<loader_type>(
-        data.dataset, [plans = plans_](std::uint64_t e) { return plans->plan(e); }, a.rank, std::move(options),
-        prefetch, epochs);
+    loader_ = without_gil([&] {
+      return std::make_shared<loader_type>(
+          data.dataset, [plans = plans_](std::uint64_t e) { return plans->plan(e); }, a.rank, std::move(options),
+          prefetch, epochs);
+    });
   }
 
   /// The next batch (of this epoch, or the next one's first), or None after the last epoch
   /// or once closed. Blocks (without the GIL) until it is built.
   py::object next() {
     if (!loader_) return py::none();
-    std::optional<lease_type> lease;
-    {
-      // Its own reference: a close() from another thread meanwhile leaves the loader to this
-      // call, which stops it (the lease keeps its buffer) instead of waiting in a freed one.
-      std::shared_ptr<loader_type> loader = loader_;
-      py::gil_scoped_release unlocked;
-      lease = loader->next();
+    // One caller at a time (the loader's consumer is one thread): two threads in next() each
+    // waited on a batch the other had taken, while every buffer was built, for good.
+    if (in_next_)
+      throw option_error("Loader: next() is already running on another thread; one thread iterates a Loader");
+    in_next_ = true;
+    const struct done_guard {
+      bool& flag;
+      ~done_guard() { flag = false; }  // with the GIL: set and cleared under it
+    } done{in_next_};
+    // Its own reference: a close() from another thread meanwhile leaves the loader to this
+    // call, which stops it (the lease keeps its buffer) instead of waiting in a freed one.
+    std::shared_ptr<loader_type> loader = loader_;
+    std::optional<lease_type> lease = without_gil([&loader] {
+      std::optional<lease_type> taken = loader->next();
       loader.reset();
-    }
+      return taken;
+    });
     if (!lease) return py::none();
     // The lease moves into a capsule that every array holds: the buffer goes back to the pool
     // when the last array over it dies.
@@ -486,9 +531,11 @@ class python_loader {
     std::shared_ptr<const epoch_plan> plan;
     {
       std::shared_ptr<loader_type> loader = loader_;  // as next(): a close() meanwhile cannot free it
-      py::gil_scoped_release unlocked;
-      plan = plans_->made(epoch, loader && loader->plans_next(epoch));
-      loader.reset();
+      plan = without_gil([&] {
+        auto made = plans_->made(epoch, loader && loader->plans_next(epoch));
+        loader.reset();
+        return made;
+      });
     }
     if (!plan) return std::nullopt;
     return plan_handle{std::move(plan)};
@@ -499,8 +546,7 @@ class python_loader {
   /// still referenced stay valid.
   void close() {
     std::shared_ptr<loader_type> closing = std::move(loader_);
-    py::gil_scoped_release unlocked;
-    closing.reset();
+    without_gil([&closing] { closing.reset(); });
   }
 
   [[nodiscard]] bool closed() const noexcept { return loader_ == nullptr; }
@@ -531,6 +577,7 @@ class python_loader {
  private:
   std::shared_ptr<loader_plans> plans_;
   std::shared_ptr<loader_type> loader_;  // shared with a next() under way: see next()
+  bool in_next_ = false;                  // a next() is under way (read and written with the GIL)
 };
 
 template <batch_token T>
@@ -627,10 +674,7 @@ PYBIND11_MODULE(_multipack, m) {
         const lengths_argument values(lengths, "pack");
         const pack_options options = packing_options(capacity, algorithm, overlong, seed, epoch, max_per_row, threads);
         auto result = std::make_unique<packing_result>();
-        {
-          py::gil_scoped_release unlocked;
-          result->result = values.visit([&](auto span) { return pack(span, options); });
-        }
+        result->result = without_gil([&] { return values.visit([&](auto span) { return pack(span, options); }); });
         return result;
       },
       py::arg("lengths"), py::arg("capacity"), py::arg("algorithm"), py::arg("overlong"), py::arg("seed"),
@@ -661,14 +705,15 @@ PYBIND11_MODULE(_multipack, m) {
              const lengths_argument values(lengths, "Plan");
              const pack_options packing = arguments.packing(epoch);
              const schedule_options schedule = arguments.schedule(epoch, consumed_rows);
-             py::gil_scoped_release unlocked;
-             // With a recycler: packed into a plan let go before, when one came back.
-             if (recycler != nullptr)
-               return plan_handle{values.visit([&](auto span) {
-                 return detail::plan_epoch_recycling(recycler->recycler, span, packing, schedule);
-               })};
-             return plan_handle{std::make_shared<const epoch_plan>(
-                 values.visit([&](auto span) { return plan_epoch(span, packing, schedule); }))};
+             return without_gil([&] {
+               // With a recycler: packed into a plan let go before, when one came back.
+               if (recycler != nullptr)
+                 return plan_handle{values.visit([&](auto span) {
+                   return detail::plan_epoch_recycling(recycler->recycler, span, packing, schedule);
+                 })};
+               return plan_handle{std::make_shared<const epoch_plan>(
+                   values.visit([&](auto span) { return plan_epoch(span, packing, schedule); }))};
+             });
            }),
            py::arg("lengths"), py::arg("arguments"), py::arg("epoch"), py::arg("consumed_rows"),
            py::arg("recycler") = nullptr)
@@ -682,8 +727,7 @@ PYBIND11_MODULE(_multipack, m) {
 
   py::class_<dataset_handle>(m, "Dataset")
       .def(py::init([](const std::vector<std::filesystem::path>& where) {
-             py::gil_scoped_release unlocked;
-             return open_dataset(where);
+             return without_gil([&] { return open_dataset(where); });
            }),
            py::arg("paths"))
       .def("__len__", [](const dataset_handle& d) { return d.dataset->size(); })
@@ -711,10 +755,7 @@ PYBIND11_MODULE(_multipack, m) {
       "read_prompt_lengths",
       [](const std::filesystem::path& path) {
         loss_mask mask;
-        {
-          py::gil_scoped_release unlocked;
-          mask = loss_mask::open_prompt_lengths(path);
-        }
+        mask = without_gil([&] { return loss_mask::open_prompt_lengths(path); });
         py::array_t<std::uint32_t> out(static_cast<py::ssize_t>(mask.size()));
         auto* data = out.mutable_data();
         for (std::size_t i = 0; i < mask.size(); ++i) data[i] = mask.prompt_length(i);

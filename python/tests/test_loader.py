@@ -491,3 +491,53 @@ def test_an_epoch_out_of_sequence_restarts_the_loader(prefix):
     top.set_epoch(2**64 - 1)
     assert [b["epoch"] for b in top] == [2**64 - 1] * len(top) and len(top) > 0
     top.close()
+
+
+def test_two_threads_iterating_one_loader_get_every_batch_once_or_an_error(prefix):
+    # Two threads in next() at once each waited for a batch the other had taken, while every
+    # buffer sat built: both hung for good. The second caller is refused while one is inside.
+    loader = multipack.Loader(prefix, capacity=256, world_size=1, rank=0, threads=2, depth=4)
+    iteration = iter(loader)
+    steps = [[], []]
+    errors = []
+
+    def consume(k):
+        try:
+            for batch in iteration:
+                steps[k].append(batch["step"])
+        except multipack.OptionError as e:
+            errors.append(str(e))
+
+    threads = [threading.Thread(target=consume, args=(k,), daemon=True) for k in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not any(t.is_alive() for t in threads), "two threads iterating one Loader hung"
+    assert all("already running on another thread" in e for e in errors), errors
+    if not errors:  # never at once: between them, every step once
+        assert sorted(steps[0] + steps[1]) == list(range(len(loader)))
+    loader.close()
+
+
+def test_a_daemon_thread_iterating_at_exit_lets_the_process_exit(prefix):
+    # At interpreter shutdown, a daemon thread taking the GIL back is ended by pthread_exit;
+    # from inside pybind11's gil_scoped_release destructor (noexcept) that aborted the process.
+    import subprocess
+    import sys
+    script = (
+        "import multipack, threading, time\n"
+        f"loader = multipack.Loader({str(prefix)!r}, capacity=256, world_size=1, rank=0, threads=2, depth=4)\n"
+        "def consume():\n"
+        "    epoch = 0\n"
+        "    while True:\n"
+        "        loader.set_epoch(epoch)\n"
+        "        epoch += 1\n"
+        "        for batch in loader:\n"
+        "            pass\n"
+        "threading.Thread(target=consume, daemon=True).start()\n"
+        "time.sleep(0.5)\n"
+    )
+    for _ in range(3):
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=os.environ, timeout=120)
+        assert done.returncode == 0, (done.returncode, done.stderr[-2000:])

@@ -191,3 +191,34 @@ def test_bad_options_are_refused(lengths, options, error, message):
     with pytest.raises(error, match=message) as caught:
         multipack.pack(lengths, **arguments)
     assert error is TypeError or isinstance(caught.value, multipack.Error)  # the package's checks too
+
+
+def test_lengths_written_by_another_thread_while_packing_cannot_corrupt_memory(lengths):
+    # The GIL is released while C++ packs. A uint32 array was read in place, twice (count, then
+    # bucket): another thread's writes between the passes sent the second past its buffer, a
+    # segfault within a few calls. The lengths are copied first now: some packing comes back.
+    import threading
+
+    changing = np.ones(1 << 20, dtype=np.uint32)
+    stop = threading.Event()
+
+    def writer():
+        value = 1
+        while not stop.is_set():
+            value = 3 - value
+            changing.fill(value)
+
+    thread = threading.Thread(target=writer, daemon=True)
+    thread.start()
+    try:
+        for _ in range(30):
+            packing = multipack.pack(changing, 4096)
+            assert packing.report["samples"] == changing.size
+    finally:
+        stop.set()
+        thread.join()
+    # An unaligned view (a uint32 array at an odd byte offset) packs as its aligned copy does.
+    raw = np.zeros(4 * len(lengths) + 1, dtype=np.uint8)
+    unaligned = raw[1:].view(np.uint32)
+    unaligned[:] = lengths
+    assert np.array_equal(multipack.pack(unaligned, 4096).pieces, multipack.pack(np.array(lengths, np.uint32), 4096).pieces)
