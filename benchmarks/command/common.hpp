@@ -157,7 +157,7 @@ class text_file {
 /// are written at the end of a run that may take minutes. O(1).
 inline void check_output_path(const std::string& path, const char* flag, bool is_prefix = false) {
   const std::filesystem::path p(path);
-  if (!p.has_filename())
+  if (!p.has_filename() || p.filename() == "." || p.filename() == "..")
     throw option_error(fmt::format("{} {}: names a directory, not a file{}", flag, path,
                                    is_prefix ? " prefix (PREFIX.bin, PREFIX.idx, ...)" : ""));
   const std::filesystem::path parent = p.parent_path();

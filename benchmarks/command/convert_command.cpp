@@ -40,9 +40,12 @@ namespace multipack::bench {
 namespace {
 
 // SIGINT, SIGTERM or SIGHUP while converting: noted, so that the conversion stops at the next
-// line and the writers' destructors remove their temporaries (a conversion killed part way
-// left its PREFIX.*.tmp behind, as large as the input); then raised again, for the status a
-// shell expects of a command a signal stopped.
+// line (or at the end of its input: a read that waits is not cut short) and the writers'
+// destructors remove their temporaries (a conversion killed part way left its PREFIX.*.tmp
+// behind, as large as the input); then raised again, for the status a shell expects of a
+// command a signal stopped. A second signal ends the process at once (SA_RESETHAND), as it
+// would have before. Once the files are being put in place the conversion completes, its
+// report is printed, and then the signal is raised.
 std::atomic<int> interrupting_signal{0};
 
 void note_interrupting_signal(int signal) { interrupting_signal.store(signal, std::memory_order_relaxed); }
@@ -53,7 +56,7 @@ class interrupt_guard {
     struct sigaction action {};
     action.sa_handler = note_interrupting_signal;
     sigemptyset(&action.sa_mask);
-    action.sa_flags = SA_RESTART;  // a read goes on: the loop looks at the flag at each line
+    action.sa_flags = SA_RESTART | SA_RESETHAND;  // a read goes on; the second signal is the default's
     for (std::size_t k = 0; k < signals.size(); ++k) {
       sigaction(signals[k], nullptr, &previous_[k]);
       // An ignored signal stays ignored (a background job's SIGINT, nohup's SIGHUP).
@@ -66,12 +69,15 @@ class interrupt_guard {
   /// converter is gone, and its temporaries with it).
   ~interrupt_guard() {
     for (std::size_t k = 0; k < signals.size(); ++k) sigaction(signals[k], &previous_[k], nullptr);
-    if (const int signal = interrupting_signal.exchange(0)) std::raise(signal);
+    if (const int signal = interrupting_signal.exchange(0)) {
+      std::fflush(stdout);  // a report printed already (the signal came while committing)
+      std::raise(signal);
+    }
   }
-  /// Throws error once a signal was noted.
+  /// Throws error once a signal was noted (unwinding to the guard, which raises it again).
   static void check() {
     if (const int signal = interrupting_signal.load(std::memory_order_relaxed))
-      throw error(fmt::format("interrupted by signal {} ({}); no output written", signal, strsignal(signal)));
+      throw error(fmt::format("interrupted by signal {} ({})", signal, strsignal(signal)));
   }
 
  private:
@@ -118,7 +124,9 @@ inline int run_convert_command(const convert_command_options& o) {
     }
     interrupt_guard::check();  // the input may have ended early because of it
     if (in.bad()) throw io_error(o.input + ": read failed at byte " + std::to_string(offset));
-    converter.finish();
+    converter.prepare();       // seconds on a large input (the .idx from the spooled sizes)
+    interrupt_guard::check();  // the last point where nothing old has changed
+    converter.commit();
   }
   const double seconds = seconds_since(start);
   const std::uint64_t bytes = read.load();

@@ -182,15 +182,26 @@ class jsonl_converter {
 
   /// Puts every output in place, and removes the loss-mask companion of the other kind (or
   /// of either kind, without a mask) that an earlier conversion left at the prefix (removed()
-  /// names what was there). Throws format_error for an input with no sample, io_error when a
-  /// file cannot be written (every earlier output is then as it was), removed or renamed.
+  /// names what was there): prepare() then commit(). Throws format_error for an input with no
+  /// sample, io_error when a file cannot be written (every earlier output is then as it was),
+  /// removed or renamed.
   void finish() {
+    prepare();
+    commit();
+  }
+
+  /// finish()'s first half: completes every file under its temporary name; no old file
+  /// changes. Throws format_error for an input with no sample, io_error when a file cannot be
+  /// written (the writers' destructors remove the temporaries).
+  void prepare() {
     if (samples_ == 0) throw format_error(o_.input + ": no samples (an empty input, or blank lines only)");
-    // Every file completed before any old one changes: a failure here leaves them all as they
-    // were (the writers' destructors remove the temporaries).
     tokens_.prepare();
     if (prompts_) prompts_->prepare();
     if (mask_writer_) mask_writer_->prepare();
+  }
+
+  /// finish()'s second half, after prepare(): the renames and removals. Throws io_error.
+  void commit() {
     // The old PREFIX.idx goes first and the new one comes last: while the companions change,
     // the dataset cannot be opened, so it never pairs with another dataset's mask.
     remove_file(o_.output + ".idx");

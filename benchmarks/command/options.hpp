@@ -155,7 +155,7 @@ inline void add_input_flags(CLI::App& command, input_flags& o) {
 /// The input flags, then --capacity, --algorithm, --overlong, --max-per-row, --seed, --pack-threads.
 inline void add_packing_flags(CLI::App& command, packing_flags& o) {
   add_input_flags(command, o.source);
-  command.add_option("--capacity", o.capacity, "tokens per row")->capture_default_str()->transform(positive_integer_of<std::uint32_t>());
+  command.add_option("--capacity", o.capacity, "tokens per row")->capture_default_str()->transform(integer_in(1, max_capacity));
   command.add_option("--algorithm", o.algorithm,
                      "exact-fit | best-fit-decreasing | first-fit-decreasing | next-fit | randomized-exact-fit")
       ->capture_default_str();
@@ -169,7 +169,7 @@ inline void add_packing_flags(CLI::App& command, packing_flags& o) {
       ->transform(non_negative_integer);
   command.add_option("--pack-threads", o.threads, "threads for packing's passes over the samples (the same rows for any)")
       ->capture_default_str()
-      ->transform(positive_integer_of<std::uint32_t>());
+      ->transform(integer_in(1, max_packing_threads));
 }
 
 /// How the schedule flags are given: `plan` requires the world and the micro-batch (and leaves

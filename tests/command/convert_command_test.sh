@@ -289,6 +289,7 @@ mkfifo "$work/stalling.jsonl"
 feeder=$!  # the sleep, after exec: killed, it closes the pipe
 "$bench" convert --input "$work/stalling.jsonl" --output "$work/stopped" >"$work/out" 2>"$work/err" &
 converting=$!
+trap 'kill "$feeder" "$converting" 2>/dev/null || true' EXIT  # nothing left running if a check fails
 for ((i = 0; i < 200; i++)); do [[ -e $work/stopped.bin.tmp ]] && break; sleep 0.05; done
 [[ -e $work/stopped.bin.tmp ]] || fail "convert from a pipe: no temporary after 10 s"
 kill -TERM "$converting"  # noted while it waits for the next line ...
@@ -297,10 +298,33 @@ kill "$feeder"             # ... which never comes: the input ends
 wait "$feeder" 2>/dev/null || true
 rc=0
 wait "$converting" || rc=$?
+trap - EXIT
 [[ $rc -eq 143 ]] || fail "convert stopped by SIGTERM: status $rc (expected 143): $(cat "$work/err")"
 left=$(find "$work" -maxdepth 1 -name 'stopped*' | head -3)
 [[ -z $left ]] || fail "convert stopped by SIGTERM left $left"
 ok "convert stopped by a signal: its status, no temporary, no output"
+# A second signal ends it at once, while its read still waits for a line (as one signal did
+# before): the first is only noted.
+mkfifo "$work/stalling2.jsonl"
+{ head -n 100 "$work/prompt.jsonl"; exec sleep 60; } >"$work/stalling2.jsonl" &
+feeder=$!
+"$bench" convert --input "$work/stalling2.jsonl" --output "$work/stopped2" >"$work/out" 2>"$work/err" &
+converting=$!
+trap 'kill "$feeder" "$converting" 2>/dev/null || true' EXIT
+for ((i = 0; i < 200; i++)); do [[ -e $work/stopped2.bin.tmp ]] && break; sleep 0.05; done
+kill -TERM "$converting"
+sleep 0.2
+kill -TERM "$converting"
+for ((i = 0; i < 200; i++)); do kill -0 "$converting" 2>/dev/null || break; sleep 0.05; done
+kill -0 "$converting" 2>/dev/null && fail "convert went on after a second SIGTERM"
+rc=0
+wait "$converting" || rc=$?
+kill "$feeder" 2>/dev/null || true
+wait "$feeder" 2>/dev/null || true
+trap - EXIT
+[[ $rc -eq 143 ]] || fail "convert after a second SIGTERM: status $rc"
+rm -f "$work"/stopped2*
+ok "a second signal ends convert at once"
 
 # A file name that is not UTF-8 (Latin-1 "é"): --json still prints one JSON object, the
 # byte replaced, and the command succeeds (it threw at the report, after writing the files).

@@ -249,11 +249,11 @@ expect_error "--resample 18446744073709551615: at most 2^32 - 2" --lengths "$len
 # --resample-seed alone would have no effect: refused.
 expect_error "--resample-seed requires --resample" --lengths "$lengths_txt" --resample-seed 3
 expect_error "--no-such-flag" --no-such-flag
-# Each integer flag states its own range: --capacity is 32-bit and at least 1 (it said "0 to
+# Each integer flag states its own range: --capacity is 1 to 2^26 (it said "0 to
 # 18446744073709551615" for -5, and only "Could not convert" for 2^32).
-expect_error "--capacity: expected an integer from 1 to 4294967295, got '-5'" --lengths "$lengths_txt" --capacity -5
-expect_error "--capacity: expected an integer from 1 to 4294967295, got '4294967296'" --lengths "$lengths_txt" --capacity 4294967296
-expect_error "--pack-threads: expected an integer from 1 to 4294967295, got '0'" --lengths "$lengths_txt" --pack-threads 0
+expect_error "--capacity: expected an integer from 1 to 67108864, got '-5'" --lengths "$lengths_txt" --capacity -5
+expect_error "--capacity: expected an integer from 1 to 67108864, got '4294967296'" --lengths "$lengths_txt" --capacity 4294967296
+expect_error "--pack-threads: expected an integer from 1 to 256, got '0'" --lengths "$lengths_txt" --pack-threads 0
 # A mistyped command is named, with the commands there are (CLI11 alone: "A subcommand is required").
 rc=0
 "$bench" pakc --capacity 5 >"$work/out" 2>"$work/err" || rc=$?

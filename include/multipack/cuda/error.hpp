@@ -139,7 +139,7 @@ class stream_ref {
 [[nodiscard]] inline std::string no_device_reason() {
   const detail::device_probe& p = detail::probe_devices();
   if (p.count > 0) return "";
-  if (p.error == cudaSuccess) return "the driver reports no CUDA device";
+  if (p.error == cudaSuccess) return "the driver reports no CUDA device (cudaErrorNoDevice)";  // as code() says
   return std::string("cudaGetDeviceCount failed: ") + cudaGetErrorName(p.error) + " (" + cudaGetErrorString(p.error) + ")";
 }
 

@@ -190,9 +190,10 @@ template <path_like Path>
     return fs::is_regular_file(detail::with_suffix(prefix, ".idx")) &&
            fs::is_regular_file(detail::with_suffix(prefix, ".bin"));
   };
-  auto missing_partner = [](const fs::path& named, const fs::path& prefix, const char* have, const char* lack) {
+  auto missing_partner = [](const fs::path& named, const fs::path& prefix, const char* have, const char* lack,
+                            const char* hint = "") {
     throw option_error(named.string() + ": " + detail::with_suffix(prefix, lack).string() + " is missing beside its " +
-                       have + " (a Megatron indexed dataset is both files)");
+                       have + " (a Megatron indexed dataset is both files)" + hint);
   };
   std::error_code error;
   const bool directory = fs::is_directory(where, error);
@@ -223,7 +224,8 @@ template <path_like Path>
     if (complete(prefix)) {
       if (idx) found.push_back(prefix);
     } else {
-      missing_partner(where, prefix, idx ? ".idx" : ".bin", idx ? ".bin" : ".idx");
+      missing_partner(where, prefix, idx ? ".idx" : ".bin", idx ? ".bin" : ".idx",
+                      "; a pattern such as shard_* names the shards alone, leaving other files out");
     }
   }
   if (found.empty())
