@@ -16,7 +16,8 @@
 //
 // --checkpoint DIR keeps model.pt, optimizer.pt and position.txt ("epoch step trained world")
 // there every 10 steps and at the end, and resumes from them (rank 0 writes them: every rank
-// is at the same step, and under data parallelism holds the same model); --stop-after K stops
+// is at the same step, and under data parallelism holds the same model; with several nodes
+// DIR must be on a file system they share); --stop-after K stops
 // after K steps, as a preempted job would. A run stopped and resumed prints the same losses as
 // one that never stopped (the test examples.torch_trainer checks it). A step is a step of one
 // world size's plan: a resume with another world size is refused (see the README's
@@ -70,7 +71,8 @@ struct checkpoint {
     position p;
     std::ifstream in(dir / "position.txt");
     if (!(in >> p.epoch >> p.step >> p.trained >> p.world))
-      throw multipack::format_error((dir / "position.txt").string() + ": not a position");
+      throw multipack::format_error((dir / "position.txt").string() +
+                                    ": not a position (epoch step trained world; one of three is an older version's)");
     torch::load(model, (dir / "model.pt").string());
     torch::load(optimizer, (dir / "optimizer.pt").string());
     return p;
@@ -141,6 +143,9 @@ int main(int argc, char** argv) try {
     auto steps = dataset | multipack::views::pack(packing) |
                  multipack::views::shard({.world_size = env.world_size, .micro_batch = micro_batch, .seed = seed,
                                           .epoch = at.epoch}, env.rank);
+    if (steps.size() == 0)  // fewer rows than one step takes: no epoch would ever end
+      throw multipack::option_error("epoch " + std::to_string(at.epoch) + " has no step for " +
+                                    std::to_string(env.world_size) + " ranks of " + std::to_string(micro_batch) + " rows");
     if (at.step > steps.size())  // another dataset than the checkpoint's
       throw multipack::option_error("the checkpoint's step " + std::to_string(at.step) + " is past the end of epoch " +
                                     std::to_string(at.epoch) + " (" + std::to_string(steps.size()) + " steps)");

@@ -7,10 +7,10 @@
 // With no arguments, run from the project root: data/alpaca/alpaca_llama with its prompt
 // lengths (prompts carry no loss; any PREFIX with the mask found beside it,
 // loss_mask_beside.hpp), as the environment says (torchrun, Open MPI, Slurm), or as rank 0
-// of 1. --checkpoint FILE keeps "epoch step digest" there every few steps (FILE.rankR for
-// rank R of several) and resumes from it; --stop-after K stops after K steps, as a preempted
-// job would. The digest (over every batch trained on) shows that a run stopped and resumed
-// saw the same batches as one that never stopped.
+// of 1. --checkpoint FILE keeps "epoch step digest world" there every few steps (FILE.rankR
+// for rank R of several) and resumes from it, with the same world size; --stop-after K stops
+// after K steps, as a preempted job would. The digest (over every batch trained on) shows that
+// a run stopped and resumed saw the same batches as one that never stopped.
 
 #include <cstdint>
 #include <cstdio>
@@ -31,19 +31,34 @@ struct position {
   std::uint64_t epoch = 0;
   std::uint64_t step = 0;  ///< the next step to train on
   std::uint64_t digest = 14695981039346656037ULL;
+  std::uint32_t world = 1;  ///< the world size whose plan `step` is a step of
 };
 
-position load(const std::string& path) {
-  position p;
+/// The checkpoint at `path`, or a fresh start when there is none. A step is a step of one
+/// world size's plan: a checkpoint of another world size (its own, or one that another world
+/// size's naming left beside it) is refused rather than resumed at a step of another plan.
+position load(const std::string& path, const std::string& named, std::uint32_t world) {
+  position p{.world = world};
   std::ifstream in(path);
-  if (in && !(in >> p.epoch >> p.step >> p.digest)) throw multipack::format_error(path + ": not a checkpoint");
+  if (!in) {
+    for (const std::string& other : {named, named + ".rank0"})
+      if (other != path && std::filesystem::exists(other))
+        throw multipack::option_error(other + ": a checkpoint of another world size than this run's " +
+                                      std::to_string(world));
+    return p;
+  }
+  if (!(in >> p.epoch >> p.step >> p.digest >> p.world))
+    throw multipack::format_error(path + ": not a checkpoint (epoch step digest world)");
+  if (p.world != world)
+    throw multipack::option_error(path + ": saved at a step of " + std::to_string(p.world) + " ranks' plan; this run has " +
+                                  std::to_string(world));
   return p;
 }
 
 void save(const std::string& path, const position& p) {
   const std::string temporary = path + ".tmp";
   std::ofstream out(temporary);
-  out << p.epoch << ' ' << p.step << ' ' << p.digest << '\n';
+  out << p.epoch << ' ' << p.step << ' ' << p.digest << ' ' << p.world << '\n';
   out.close();
   if (!out) throw multipack::io_error(temporary + ": cannot write");  // a full disk: keep the last checkpoint
   std::filesystem::rename(temporary, path);  // atomic: a crash never leaves half a checkpoint
@@ -85,9 +100,10 @@ int main(int argc, char** argv) try {
   batch.mask = example::loss_mask_beside(prefix);
   // Each rank's own file under a launcher: the digest is of the rank's batches, and ranks
   // writing one file raced at its rename.
+  const std::string named = checkpoint;
   if (!checkpoint.empty() && env.world_size > 1) checkpoint += ".rank" + std::to_string(env.rank);
 
-  position at = checkpoint.empty() ? position{} : load(checkpoint);
+  position at = checkpoint.empty() ? position{.world = env.world_size} : load(checkpoint, named, env.world_size);
   std::printf("rank %u of %u (%s), from epoch %llu step %llu\n", env.rank, env.world_size, env.launcher.c_str(),
               static_cast<unsigned long long>(at.epoch), static_cast<unsigned long long>(at.step));
   std::uint64_t trained = 0;
@@ -126,7 +142,7 @@ int main(int argc, char** argv) try {
     const multipack::epoch_loader_statistics s = loader.statistics();
     std::printf("waited for data at %llu epoch boundaries: the longest %.6f s; any other step's longest %.6f s\n",
                 static_cast<unsigned long long>(s.boundaries), s.max_boundary_wait_seconds, s.max_step_wait_seconds);
-    at = {epochs, 0, at.digest};
+    at = {epochs, 0, at.digest, env.world_size};
   }
   if (!checkpoint.empty()) save(checkpoint, at);
   std::printf("trained on %llu batches (%llu tokens with loss); digest %016llx\n",

@@ -104,26 +104,30 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("prefix", nargs="?", default="data/alpaca/alpaca_llama")
     parser.add_argument("--prompt-lengths", default=None,
-                        help="prompt lengths (no loss); by default PREFIX.prompt_lengths, or the prompt_lengths.txt "
-                             "beside PREFIX, where there is one; '' for none")
+                        help="prompt lengths (no loss); by default PREFIX.prompt_lengths, PREFIX.loss_mask (a token "
+                             "mask) or the prompt_lengths.txt beside PREFIX, where there is one; '' for none")
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--capacity", type=int, default=512)
     parser.add_argument("--micro-batch", type=int, default=2)
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
 
-    prompt_lengths = args.prompt_lengths
-    if prompt_lengths is None:  # the mask found beside the dataset, as the C++ examples take it
-        found = [p for p in (args.prefix + ".prompt_lengths",
-                             os.path.join(os.path.dirname(args.prefix), "prompt_lengths.txt")) if os.path.exists(p)]
-        prompt_lengths = found[0] if found else None
+    prompt_lengths, loss_mask = args.prompt_lengths, None
+    if prompt_lengths is None:  # the mask found beside the dataset, in the C++ examples' order
+        beside = os.path.join(os.path.dirname(args.prefix), "prompt_lengths.txt")
+        if os.path.exists(args.prefix + ".prompt_lengths"):
+            prompt_lengths = args.prefix + ".prompt_lengths"
+        elif os.path.exists(args.prefix + ".loss_mask.idx"):
+            loss_mask = args.prefix + ".loss_mask"
+        elif os.path.exists(beside):
+            prompt_lengths = beside
     keep_freed_memory()
     torch.manual_seed(0)
     model = CausalLM(max_positions=args.capacity)
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
     # int64 tokens: what torch.nn.Embedding takes, with no conversion; tensors over the pool.
     loader = multipack.Loader(args.prefix, capacity=args.capacity, micro_batch=args.micro_batch,
-                              prompt_lengths=prompt_lengths or None, dtype="int64", threads=args.threads,
+                              prompt_lengths=prompt_lengths or None, loss_mask=loss_mask, dtype="int64", threads=args.threads,
                               as_torch=True)
     print(f"rank {loader.rank} of {loader.world_size}: {len(loader)} steps an epoch, training {args.steps}")
     step = 0

@@ -35,6 +35,16 @@ rm -f "$work/ckpt" "$work/ckpt.rank1"
 env WORLD_SIZE=2 RANK=1 LOCAL_RANK=1 "$trainer" --checkpoint "$work/ckpt" --stop-after 3 >"$work/rank1.txt"
 [[ -f $work/ckpt.rank1 && ! -e $work/ckpt ]] || { echo "rank 1 of 2 did not write ckpt.rank1 alone:"; ls "$work"; exit 1; }
 echo "ok - rank 1 of 2 keeps its checkpoint in FILE.rank1"
+# A step is a step of one world size's plan: resumed with another, refused (it resumed rank 0
+# at a step of the other plan, or started over, silently).
+env WORLD_SIZE=2 RANK=0 LOCAL_RANK=0 "$trainer" --checkpoint "$work/ckpt" --stop-after 3 >"$work/rank0.txt"
+for env_of in "WORLD_SIZE=1 RANK=0 LOCAL_RANK=0" "WORLD_SIZE=4 RANK=1 LOCAL_RANK=1" "WORLD_SIZE=4 RANK=3 LOCAL_RANK=3"; do
+  rc=0
+  env $env_of "$trainer" --checkpoint "$work/ckpt" >"$work/other.txt" 2>&1 || rc=$?
+  [[ $rc -eq 1 ]] && grep -Eq "another world size than this run's|saved at a step of 2 ranks' plan" "$work/other.txt" ||
+    { echo "a checkpoint of 2 ranks resumed as $env_of: status $rc"; cat "$work/other.txt"; exit 1; }
+done
+echo "ok - a checkpoint resumed with another world size: refused"
 
 # Any PREFIX takes the mask beside it: PREFIX.prompt_lengths (what convert writes) as
 # data/alpaca's prompt_lengths.txt, the same tokens with loss; none, more.
