@@ -112,10 +112,11 @@ class lengths_argument {
       if (given.size() != 0)
         std::memcpy(copy.mutable_data(), given.data(), static_cast<std::size_t>(given.size()) * sizeof(std::uint32_t));
       values_ = std::move(copy);
-    }
-    else if (kind == 'u')
+    } else if (kind == 'u') {
       values_ = array_of<std::uint64_t>::ensure(array);
-    else values_ = array_of<std::int64_t>::ensure(array);
+    } else {
+      values_ = array_of<std::int64_t>::ensure(array);
+    }
   }
 
   /// Calls f with the lengths as a contiguous range (the GIL may be released inside f: the
