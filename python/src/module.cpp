@@ -18,8 +18,6 @@
 #include <pybind11/stl.h>
 #include <pybind11/stl/filesystem.h>
 
-#include <cxxabi.h>
-
 #include <condition_variable>
 #include <cstring>
 #include <cstdint>
@@ -55,24 +53,23 @@ using shards_type = concatenated_dataset<indexed_dataset>;
 /// Calls f() without the GIL, and takes it back. Not py::gil_scoped_release: its destructor
 /// takes the GIL back, and a daemon thread doing so while the interpreter shuts down is ended
 /// by pthread_exit, whose unwinding out of that noexcept destructor aborted the process
-/// (std::terminate); here the unwinding passes through, as a pure-Python thread's does.
+/// (std::terminate). Here the GIL is taken back in the function body, where that unwinding
+/// passes through, as a pure-Python thread's does; only when f throws, by the guard.
 template <class F>
 decltype(auto) without_gil(F&& f) {
-  PyThreadState* state = PyEval_SaveThread();
-  try {
-    if constexpr (std::is_void_v<std::invoke_result_t<F&>>) {
-      f();
-      PyEval_RestoreThread(state);
-    } else {
-      auto result = f();
-      PyEval_RestoreThread(state);
-      return result;
+  struct restore_if_thrown {
+    PyThreadState* state;
+    ~restore_if_thrown() {
+      if (state != nullptr) PyEval_RestoreThread(state);
     }
-  } catch (abi::__forced_unwind&) {  // the thread ended by PyEval_RestoreThread: it has the GIL
-    throw;
-  } catch (...) {
-    PyEval_RestoreThread(state);
-    throw;
+  } saved{PyEval_SaveThread()};
+  if constexpr (std::is_void_v<std::invoke_result_t<F&>>) {
+    f();
+    PyEval_RestoreThread(std::exchange(saved.state, nullptr));
+  } else {
+    auto result = f();
+    PyEval_RestoreThread(std::exchange(saved.state, nullptr));
+    return result;
   }
 }
 
