@@ -520,6 +520,9 @@ def test_two_threads_iterating_one_loader_get_every_batch_once_or_an_error(prefi
     loader.close()
 
 
+@pytest.mark.skipif("libasan" in os.environ.get("LD_PRELOAD", ""),
+                    reason="pybind11's dispatcher catches the exit's forced unwind by reference, which UBSan "
+                           "reports as a reference bound to null (pybind11.h, not this module)")
 def test_a_daemon_thread_iterating_at_exit_lets_the_process_exit(prefix):
     # At interpreter shutdown, a daemon thread taking the GIL back is ended by pthread_exit;
     # from inside pybind11's gil_scoped_release destructor (noexcept) that aborted the process.
